@@ -1,0 +1,567 @@
+//! The decision path of DESIGN §1, without I/O: the caller passes the server time and the stores.
+//!
+//! ```text
+//! edge rules → signature → time window → nonce dedup → fingerprint → gateway rules → business rules
+//! ```
+//!
+//! Every step before the nonce store is pure computation, so a forged request costs Rampart no
+//! storage: a request with a bad signature or a stale timestamp never reaches the nonce store and so
+//! never consumes its nonce.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::canonical::{body_sha256_hex, canonical_query, SignedFields, Signer, EMPTY_BODY_SHA256};
+use crate::fingerprint::{canonical_json, fingerprint, FingerprintStore, Submission};
+use crate::model::{Action, Code, DecideRequest, Reason, ShadowHit, Step, Verdict};
+use crate::nonce::{validate_nonce, NonceStore, NonceVerdict, StoreError};
+
+/// An app: who may ask, with which secret, within which window.
+#[derive(Debug, Clone)]
+pub struct AppPolicy {
+    pub id: String,
+    pub signer: Signer,
+    /// Accepted clock difference, both ways: |server_now − x-timestamp| ≤ window_ms.
+    pub window_ms: i64,
+}
+
+impl AppPolicy {
+    pub fn new(id: impl Into<String>, secret: &[u8], window_ms: i64) -> Self {
+        AppPolicy {
+            id: id.into(),
+            signer: Signer::new(secret),
+            window_ms,
+        }
+    }
+}
+
+/// Duplicate-submission settings of a route (or the defaults).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DedupPolicy {
+    /// 0 disables the fingerprint step.
+    pub window_ms: i64,
+    /// Upper-case methods the step applies to.
+    pub methods: Vec<String>,
+    /// Object keys removed (at every depth) before the params are fingerprinted.
+    pub volatile_fields: Vec<String>,
+}
+
+impl Default for DedupPolicy {
+    fn default() -> Self {
+        DedupPolicy {
+            window_ms: 1000,
+            methods: ["POST", "PUT", "PATCH", "DELETE"]
+                .map(String::from)
+                .to_vec(),
+            volatile_fields: [
+                "requestTime",
+                "timestamp",
+                "ts",
+                "nonce",
+                "sign",
+                "signature",
+            ]
+            .map(String::from)
+            .to_vec(),
+        }
+    }
+}
+
+/// A route with its own dedup policy. `path` matches exactly, or as a prefix when it ends in `*`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoutePolicy {
+    /// `None` = every app.
+    pub app: Option<String>,
+    pub path: String,
+    pub dedup: DedupPolicy,
+}
+
+impl RoutePolicy {
+    fn matches(&self, app: &str, path: &str) -> bool {
+        if self.app.as_deref().is_some_and(|a| a != app) {
+            return false;
+        }
+        match self.path.strip_suffix('*') {
+            Some(prefix) => path.starts_with(prefix),
+            None => path == self.path,
+        }
+    }
+}
+
+/// What to do when a store fails (DESIGN §2: declared, not improvised).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailPolicy {
+    /// Fail closed: deny with `STORE_UNAVAILABLE`.
+    Deny,
+    /// Fail open: go on, and mark the decision `degraded`.
+    Allow,
+}
+
+/// The three rule tiers, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tier {
+    Edge,
+    Gateway,
+    Business,
+}
+
+impl Tier {
+    pub fn step(self) -> Step {
+        match self {
+            Tier::Edge => Step::Edge,
+            Tier::Gateway => Step::Gateway,
+            Tier::Business => Step::Business,
+        }
+    }
+}
+
+/// What the request looks like to a rule tier.
+#[derive(Debug, Clone, Copy)]
+pub struct DecisionContext<'a> {
+    pub request: &'a DecideRequest,
+    pub app: &'a AppPolicy,
+    pub now_ms: i64,
+}
+
+/// A tier's answer: a terminal verdict (first terminal action wins), and shadow hits.
+#[derive(Debug, Clone, Default)]
+pub struct TierOutcome {
+    pub terminal: Option<Verdict>,
+    pub shadow: Vec<ShadowHit>,
+}
+
+/// The rule runtime as the decision path sees it.
+pub trait RuleTiers: Send + Sync {
+    fn evaluate(&self, tier: Tier, ctx: &DecisionContext<'_>) -> TierOutcome;
+    /// Content-hash version of the live rule set.
+    fn version(&self) -> &str;
+}
+
+/// Tiers that pass everything (no rule set loaded).
+#[derive(Debug, Default)]
+pub struct NoRules;
+
+impl RuleTiers for NoRules {
+    fn evaluate(&self, _tier: Tier, _ctx: &DecisionContext<'_>) -> TierOutcome {
+        TierOutcome::default()
+    }
+    fn version(&self) -> &str {
+        "none"
+    }
+}
+
+/// An error of the API call itself (not a decision): answered 4xx with `{"error":{code,message}}`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("unknown app {0:?}")]
+    UnknownApp(String),
+    #[error("{0}")]
+    InvalidField(String),
+}
+
+impl RequestError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            RequestError::UnknownApp(_) => "UNKNOWN_APP",
+            RequestError::InvalidField(_) => "INVALID_FIELD",
+        }
+    }
+    pub fn status(&self) -> u16 {
+        match self {
+            RequestError::UnknownApp(_) => 404,
+            RequestError::InvalidField(_) => 400,
+        }
+    }
+}
+
+/// Everything the decision path needs, built once from configuration.
+pub struct Engine {
+    apps: HashMap<String, AppPolicy>,
+    routes: Vec<RoutePolicy>,
+    default_dedup: DedupPolicy,
+    on_store_error: FailPolicy,
+    challenge_status: u16,
+    nonces: Arc<dyn NonceStore>,
+    fingerprints: Arc<dyn FingerprintStore>,
+    rules: Arc<dyn RuleTiers>,
+}
+
+/// Settings of the decision path that are not stores.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    pub apps: Vec<AppPolicy>,
+    pub routes: Vec<RoutePolicy>,
+    pub default_dedup: DedupPolicy,
+    pub on_store_error: FailPolicy,
+    pub challenge_status: u16,
+}
+
+impl Engine {
+    pub fn new(
+        settings: EngineSettings,
+        nonces: Arc<dyn NonceStore>,
+        fingerprints: Arc<dyn FingerprintStore>,
+        rules: Arc<dyn RuleTiers>,
+    ) -> Self {
+        Engine {
+            apps: settings
+                .apps
+                .into_iter()
+                .map(|a| (a.id.clone(), a))
+                .collect(),
+            routes: settings.routes,
+            default_dedup: settings.default_dedup,
+            on_store_error: settings.on_store_error,
+            challenge_status: settings.challenge_status,
+            nonces,
+            fingerprints,
+            rules,
+        }
+    }
+
+    pub fn app(&self, id: &str) -> Option<&AppPolicy> {
+        self.apps.get(id)
+    }
+
+    pub fn nonce_store(&self) -> &Arc<dyn NonceStore> {
+        &self.nonces
+    }
+
+    pub fn fingerprint_store(&self) -> &Arc<dyn FingerprintStore> {
+        &self.fingerprints
+    }
+
+    pub fn rules(&self) -> &Arc<dyn RuleTiers> {
+        &self.rules
+    }
+
+    /// Housekeeping of every store.
+    pub fn maintain(&self, now_ms: i64) {
+        self.nonces.maintain(now_ms);
+        self.fingerprints.maintain(now_ms);
+    }
+
+    fn dedup_policy(&self, app: &str, path: &str) -> &DedupPolicy {
+        self.routes
+            .iter()
+            .find(|r| r.matches(app, path))
+            .map(|r| &r.dedup)
+            .unwrap_or(&self.default_dedup)
+    }
+
+    fn store_failure(&self, step: Step, rule: &str, err: &StoreError) -> Option<Verdict> {
+        match self.on_store_error {
+            FailPolicy::Deny => Some(Verdict::reject(
+                step,
+                Action::Deny,
+                Code::StoreUnavailable,
+                rule,
+                Reason::new(format!("{err}; on_store_error = deny")),
+            )),
+            FailPolicy::Allow => None,
+        }
+    }
+
+    fn finish_tier(
+        &self,
+        tier: Tier,
+        ctx: &DecisionContext<'_>,
+        shadow: &mut Vec<ShadowHit>,
+    ) -> Option<Verdict> {
+        let out = self.rules.evaluate(tier, ctx);
+        shadow.extend(out.shadow);
+        out.terminal.map(|mut v| {
+            v.step = tier.step();
+            v.tier = tier.step().tier();
+            if v.code == Code::RuleChallenge {
+                v.status = self.challenge_status;
+            }
+            v
+        })
+    }
+
+    /// Judges one request at server time `now_ms`.
+    pub fn decide(&self, req: &DecideRequest, now_ms: i64) -> Result<Verdict, RequestError> {
+        if req.app.is_empty() {
+            return Err(RequestError::InvalidField("app must not be empty".into()));
+        }
+        let app = self
+            .apps
+            .get(&req.app)
+            .ok_or_else(|| RequestError::UnknownApp(req.app.clone()))?;
+        let r = &req.request;
+
+        // Validate the parts of the call that are the caller's responsibility.
+        let body_hash: std::borrow::Cow<'_, str> = match (&r.body, &r.body_sha256) {
+            (Some(body), given) => {
+                let h = body_sha256_hex(body.as_bytes());
+                if let Some(g) = given {
+                    if !g.eq_ignore_ascii_case(&h) {
+                        return Err(RequestError::InvalidField(
+                            "request.body and request.body_sha256 disagree".into(),
+                        ));
+                    }
+                }
+                h.into()
+            }
+            (None, Some(g)) => {
+                if g.len() != 64 || !g.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(RequestError::InvalidField(
+                        "request.body_sha256 must be 64 hex characters".into(),
+                    ));
+                }
+                g.to_ascii_lowercase().into()
+            }
+            (None, None) => EMPTY_BODY_SHA256.into(),
+        };
+        if let Some(ip) = &req.client.ip {
+            if ip.parse::<std::net::IpAddr>().is_err() {
+                return Err(RequestError::InvalidField(format!(
+                    "client.ip {ip:?} is not an IP address"
+                )));
+            }
+        }
+
+        let ctx = DecisionContext {
+            request: req,
+            app,
+            now_ms,
+        };
+        let mut shadow = Vec::new();
+
+        // 1. Edge rules (read-only).
+        if let Some(v) = self.finish_tier(Tier::Edge, &ctx, &mut shadow) {
+            return Ok(with_shadow(v, shadow));
+        }
+
+        // 2. Signature.
+        let (ts_raw, nonce, sig) = match (
+            r.header("x-timestamp"),
+            r.header("x-nonce"),
+            r.header("x-signature"),
+        ) {
+            (Some(t), Some(n), Some(s)) => (t, n, s),
+            (t, n, s) => {
+                let missing: Vec<&str> = [("x-timestamp", t), ("x-nonce", n), ("x-signature", s)]
+                    .into_iter()
+                    .filter(|(_, v)| v.is_none())
+                    .map(|(k, _)| k)
+                    .collect();
+                return Ok(with_shadow(
+                    Verdict::reject(
+                        Step::Signature,
+                        Action::Deny,
+                        Code::SignatureMissing,
+                        "signature",
+                        Reason::new(format!(
+                            "missing anti-replay header(s): {}",
+                            missing.join(", ")
+                        )),
+                    ),
+                    shadow,
+                ));
+            }
+        };
+        let fields = SignedFields {
+            app: &app.id,
+            method: &r.method,
+            path: &r.path,
+            query: &r.query,
+            timestamp: ts_raw,
+            nonce,
+            body_sha256: &body_hash,
+        };
+        if let Err(e) = app.signer.verify(&fields, sig) {
+            return Ok(with_shadow(
+                Verdict::reject(
+                    Step::Signature,
+                    Action::Deny,
+                    Code::SignatureInvalid,
+                    "signature",
+                    Reason::new(e.to_string()),
+                ),
+                shadow,
+            ));
+        }
+
+        // 3. Time window.
+        let ts = match parse_timestamp(ts_raw) {
+            Some(ts) => ts,
+            None => {
+                let mut v = Verdict::reject(
+                    Step::Window,
+                    Action::Deny,
+                    Code::TimestampSkew,
+                    "window",
+                    Reason {
+                        message: "x-timestamp is not a Unix time in milliseconds".into(),
+                        server_time_ms: Some(now_ms),
+                        skew_ms: None,
+                    },
+                );
+                v.server_time_ms = Some(now_ms);
+                return Ok(with_shadow(v, shadow));
+            }
+        };
+        let skew = ts.saturating_sub(now_ms);
+        if skew.unsigned_abs() > app.window_ms.unsigned_abs() {
+            return Ok(with_shadow(
+                skew_verdict(now_ms, skew, app.window_ms),
+                shadow,
+            ));
+        }
+
+        // 4. Nonce de-duplication: the first write to shared state.
+        if let Err(msg) = validate_nonce(nonce) {
+            return Ok(with_shadow(
+                Verdict::reject(
+                    Step::Nonce,
+                    Action::Deny,
+                    Code::NonceInvalid,
+                    "nonce",
+                    Reason::new(msg),
+                ),
+                shadow,
+            ));
+        }
+        let mut degraded = false;
+        match self
+            .nonces
+            .check_and_insert(&app.id, nonce, ts, app.window_ms, now_ms)
+        {
+            Ok(NonceVerdict::Fresh) => {}
+            Ok(NonceVerdict::Replay) => {
+                return Ok(with_shadow(
+                    Verdict::reject(
+                        Step::Nonce,
+                        Action::Deny,
+                        Code::ReplayDuplicate,
+                        "nonce",
+                        Reason::new("this (app, x-nonce) was already used: replayed request"),
+                    ),
+                    shadow,
+                ))
+            }
+            Ok(NonceVerdict::OutOfRange) => {
+                return Ok(with_shadow(
+                    skew_verdict(now_ms, skew, app.window_ms),
+                    shadow,
+                ));
+            }
+            Err(e) => match self.store_failure(Step::Nonce, "nonce", &e) {
+                Some(v) => return Ok(with_shadow(v, shadow)),
+                None => degraded = true,
+            },
+        }
+
+        // 5. Duplicate-submission fingerprint.
+        let dedup = self.dedup_policy(&app.id, &r.path);
+        let user = req
+            .user_id
+            .as_deref()
+            .or(req.client.device_id.as_deref())
+            .filter(|u| !u.is_empty());
+        if let Some(user) = user {
+            let method = r.method.to_ascii_uppercase();
+            if dedup.window_ms > 0 && dedup.methods.iter().any(|m| *m == method) {
+                let params = submission_params(req, &body_hash, &dedup.volatile_fields);
+                let query = canonical_query(&r.query);
+                let fp = fingerprint(&Submission {
+                    app: &app.id,
+                    user,
+                    method: &method,
+                    path: &r.path,
+                    canonical_query: &query,
+                    canonical_params: &params,
+                });
+                match self
+                    .fingerprints
+                    .insert_if_absent(fp, dedup.window_ms, now_ms)
+                {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        return Ok(with_shadow(
+                            Verdict::reject(
+                                Step::Fingerprint,
+                                Action::Deny,
+                                Code::DuplicateSubmission,
+                                "fingerprint",
+                                Reason::new(format!(
+                                    "same user, route and params within {} ms",
+                                    dedup.window_ms
+                                )),
+                            ),
+                            shadow,
+                        ))
+                    }
+                    Err(e) => match self.store_failure(Step::Fingerprint, "fingerprint", &e) {
+                        Some(v) => return Ok(with_shadow(v, shadow)),
+                        None => degraded = true,
+                    },
+                }
+            }
+        }
+
+        // 6–7. Gateway and business rules.
+        for tier in [Tier::Gateway, Tier::Business] {
+            if let Some(mut v) = self.finish_tier(tier, &ctx, &mut shadow) {
+                v.degraded |= degraded;
+                return Ok(with_shadow(v, shadow));
+            }
+        }
+
+        let mut v = Verdict::allow();
+        v.degraded = degraded;
+        Ok(with_shadow(v, shadow))
+    }
+}
+
+fn with_shadow(mut v: Verdict, shadow: Vec<ShadowHit>) -> Verdict {
+    if !shadow.is_empty() {
+        v.shadow = shadow;
+    }
+    v
+}
+
+/// Strict Unix-ms parse: ASCII digits only (no sign, no spaces), at most 16 digits.
+fn parse_timestamp(raw: &str) -> Option<i64> {
+    if raw.is_empty() || raw.len() > 16 || !raw.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    raw.parse().ok()
+}
+
+fn skew_verdict(now_ms: i64, skew: i64, window_ms: i64) -> Verdict {
+    let mut v = Verdict::reject(
+        Step::Window,
+        Action::Deny,
+        Code::TimestampSkew,
+        "window",
+        Reason {
+            message: format!(
+                "x-timestamp is {} ms {} server time; the window is ±{window_ms} ms",
+                skew.unsigned_abs(),
+                if skew > 0 { "ahead of" } else { "behind" }
+            ),
+            server_time_ms: Some(now_ms),
+            skew_ms: Some(skew),
+        },
+    );
+    v.server_time_ms = Some(now_ms);
+    v.skew_ms = Some(skew);
+    v
+}
+
+/// The params of a submission: `params` when given, else the body when it is JSON, else the body
+/// hash.
+fn submission_params(req: &DecideRequest, body_hash: &str, volatile: &[String]) -> String {
+    if let Some(p) = &req.params {
+        return canonical_json(p, volatile);
+    }
+    if let Some(body) = &req.request.body {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(body) {
+            return canonical_json(&v, volatile);
+        }
+    }
+    format!("sha256:{body_hash}")
+}

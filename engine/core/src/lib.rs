@@ -1,0 +1,18 @@
+//! Rampart's pure core: the request model, verdicts and the anti-replay core.
+//!
+//! Nothing here does I/O or knows about HTTP servers, Redis or async runtimes: state sits behind the
+//! [`nonce::NonceStore`] and [`fingerprint::FingerprintStore`] traits, time is a parameter, and the
+//! decision path ([`engine::Engine::decide`]) is a plain function of its inputs. The server crate
+//! supplies clocks, stores, metrics and the network.
+
+pub mod bloom;
+pub mod canonical;
+pub mod engine;
+pub mod fingerprint;
+pub mod model;
+pub mod nonce;
+pub mod sign;
+pub mod ttl;
+
+pub use engine::{Engine, EngineSettings, RequestError};
+pub use model::{Action, Code, DecideRequest, Step, Verdict};

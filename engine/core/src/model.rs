@@ -1,0 +1,346 @@
+//! The request being judged and the verdict: contract v1's data model.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+/// Body of `POST /v1/decide`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct DecideRequest {
+    pub app: String,
+    #[serde(default)]
+    pub request: JudgedRequest,
+    #[serde(default)]
+    pub client: ClientInfo,
+    /// A string, or a number (taken as its decimal spelling).
+    #[serde(default, deserialize_with = "string_or_number")]
+    pub user_id: Option<String>,
+    #[serde(default)]
+    pub params: Option<Value>,
+}
+
+/// The end-user request a caller asks about.
+#[derive(Debug, Clone, Deserialize)]
+pub struct JudgedRequest {
+    #[serde(default = "default_method")]
+    pub method: String,
+    #[serde(default = "default_path")]
+    pub path: String,
+    /// Raw query string without the leading `?`.
+    #[serde(default)]
+    pub query: String,
+    /// Header names in lower case (looked up case-insensitively all the same).
+    #[serde(default)]
+    pub headers: HashMap<String, String>,
+    #[serde(default)]
+    pub body: Option<String>,
+    /// Lower-case hex SHA-256 of the body, for callers that do not forward the body.
+    #[serde(default)]
+    pub body_sha256: Option<String>,
+}
+
+fn default_method() -> String {
+    "GET".to_string()
+}
+fn default_path() -> String {
+    "/".to_string()
+}
+
+impl Default for JudgedRequest {
+    fn default() -> Self {
+        JudgedRequest {
+            method: default_method(),
+            path: default_path(),
+            query: String::new(),
+            headers: HashMap::new(),
+            body: None,
+            body_sha256: None,
+        }
+    }
+}
+
+impl JudgedRequest {
+    /// Case-insensitive header lookup.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        if let Some(v) = self.headers.get(name) {
+            return Some(v.as_str());
+        }
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What the caller knows about the client.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ClientInfo {
+    #[serde(default)]
+    pub ip: Option<String>,
+    #[serde(default)]
+    pub device_id: Option<String>,
+    #[serde(default)]
+    pub ja3: Option<String>,
+    #[serde(default)]
+    pub country: Option<String>,
+    #[serde(default)]
+    pub isp: Option<String>,
+    #[serde(default)]
+    pub device_type: Option<String>,
+    #[serde(default)]
+    pub user_agent: Option<String>,
+}
+
+fn string_or_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Id {
+        S(String),
+        N(serde_json::Number),
+    }
+    Ok(match Option::<Id>::deserialize(d)? {
+        None => None,
+        Some(Id::S(s)) => Some(s),
+        Some(Id::N(n)) => Some(n.to_string()),
+    })
+}
+
+/// The four answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Allow,
+    Challenge,
+    Review,
+    Deny,
+}
+
+impl Action {
+    pub const ALL: [Action; 4] = [
+        Action::Allow,
+        Action::Challenge,
+        Action::Review,
+        Action::Deny,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Allow => "allow",
+            Action::Challenge => "challenge",
+            Action::Review => "review",
+            Action::Deny => "deny",
+        }
+    }
+}
+
+/// Decision codes of contract v1: stable strings, each with one suggested status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Code {
+    Ok,
+    SignatureMissing,
+    SignatureInvalid,
+    TimestampSkew,
+    NonceInvalid,
+    ReplayDuplicate,
+    DuplicateSubmission,
+    RateLimited,
+    CircuitOpen,
+    RuleDeny,
+    RuleChallenge,
+    StoreUnavailable,
+    QuotaExhausted,
+}
+
+impl Code {
+    pub const ALL: [Code; 13] = [
+        Code::Ok,
+        Code::SignatureMissing,
+        Code::SignatureInvalid,
+        Code::TimestampSkew,
+        Code::NonceInvalid,
+        Code::ReplayDuplicate,
+        Code::DuplicateSubmission,
+        Code::RateLimited,
+        Code::CircuitOpen,
+        Code::RuleDeny,
+        Code::RuleChallenge,
+        Code::StoreUnavailable,
+        Code::QuotaExhausted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::Ok => "OK",
+            Code::SignatureMissing => "SIGNATURE_MISSING",
+            Code::SignatureInvalid => "SIGNATURE_INVALID",
+            Code::TimestampSkew => "TIMESTAMP_SKEW",
+            Code::NonceInvalid => "NONCE_INVALID",
+            Code::ReplayDuplicate => "REPLAY_DUPLICATE",
+            Code::DuplicateSubmission => "DUPLICATE_SUBMISSION",
+            Code::RateLimited => "RATE_LIMITED",
+            Code::CircuitOpen => "CIRCUIT_OPEN",
+            Code::RuleDeny => "RULE_DENY",
+            Code::RuleChallenge => "RULE_CHALLENGE",
+            Code::StoreUnavailable => "STORE_UNAVAILABLE",
+            Code::QuotaExhausted => "QUOTA_EXHAUSTED",
+        }
+    }
+
+    /// The HTTP status the caller should return to its user. `RULE_CHALLENGE` is 401 by default
+    /// and configurable (`[server] challenge_status`).
+    pub fn status(self) -> u16 {
+        match self {
+            Code::Ok => 200,
+            Code::SignatureMissing | Code::SignatureInvalid | Code::TimestampSkew => 401,
+            Code::NonceInvalid => 400,
+            Code::ReplayDuplicate | Code::DuplicateSubmission | Code::QuotaExhausted => 409,
+            Code::RateLimited => 429,
+            Code::CircuitOpen | Code::StoreUnavailable => 503,
+            Code::RuleDeny => 403,
+            Code::RuleChallenge => 401,
+        }
+    }
+}
+
+/// The step of the decision path that produced the verdict (a metric label; DESIGN §1 order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Step {
+    Edge,
+    Signature,
+    Window,
+    Nonce,
+    Fingerprint,
+    Gateway,
+    Business,
+    /// Passed every step.
+    Final,
+}
+
+impl Step {
+    pub const ALL: [Step; 8] = [
+        Step::Edge,
+        Step::Signature,
+        Step::Window,
+        Step::Nonce,
+        Step::Fingerprint,
+        Step::Gateway,
+        Step::Business,
+        Step::Final,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Edge => "edge",
+            Step::Signature => "signature",
+            Step::Window => "window",
+            Step::Nonce => "nonce",
+            Step::Fingerprint => "fingerprint",
+            Step::Gateway => "gateway",
+            Step::Business => "business",
+            Step::Final => "final",
+        }
+    }
+
+    /// The `tier` reported in a decision: rule tiers by name, anti-replay steps as `replay`.
+    pub fn tier(self) -> Option<&'static str> {
+        match self {
+            Step::Edge => Some("edge"),
+            Step::Signature | Step::Window | Step::Nonce | Step::Fingerprint => Some("replay"),
+            Step::Gateway => Some("gateway"),
+            Step::Business => Some("business"),
+            Step::Final => None,
+        }
+    }
+}
+
+/// One reason behind a verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reason {
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_time_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skew_ms: Option<i64>,
+}
+
+impl Reason {
+    pub fn new(message: impl Into<String>) -> Self {
+        Reason {
+            message: message.into(),
+            server_time_ms: None,
+            skew_ms: None,
+        }
+    }
+}
+
+/// What a shadow rule would have done.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShadowHit {
+    pub tier: String,
+    pub rule: String,
+    pub action: Action,
+    pub code: Code,
+    pub reason: String,
+}
+
+/// The core's answer; the server adds the decision id, latency and rule set.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    pub action: Action,
+    pub code: Code,
+    pub status: u16,
+    pub tier: Option<&'static str>,
+    pub rule: Option<String>,
+    pub reasons: Vec<Reason>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    pub shadow: Vec<ShadowHit>,
+    /// True when a store failed and the `allow` failure policy let the request through.
+    pub degraded: bool,
+    #[serde(skip)]
+    pub step: Step,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_time_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skew_ms: Option<i64>,
+}
+
+impl Verdict {
+    pub fn allow() -> Self {
+        Verdict {
+            action: Action::Allow,
+            code: Code::Ok,
+            status: 200,
+            tier: None,
+            rule: None,
+            reasons: Vec::new(),
+            retry_after_ms: None,
+            shadow: Vec::new(),
+            degraded: false,
+            step: Step::Final,
+            server_time_ms: None,
+            skew_ms: None,
+        }
+    }
+
+    /// A rejection by an anti-replay or rule step.
+    pub fn reject(step: Step, action: Action, code: Code, rule: &str, reason: Reason) -> Self {
+        Verdict {
+            action,
+            code,
+            status: code.status(),
+            tier: step.tier(),
+            rule: Some(rule.to_string()),
+            reasons: vec![reason],
+            retry_after_ms: None,
+            shadow: Vec::new(),
+            degraded: false,
+            step,
+            server_time_ms: None,
+            skew_ms: None,
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! Nonce de-duplication: the [`NonceStore`] trait and its two in-process implementations.
+//!
+//! - [`BloomNonceStore`] — compact, constant memory, a designed false-positive rate (default 1e-6);
+//!   see [`crate::bloom`] for why it has no gap at the window edges.
+//! - [`ExactNonceStore`] — no false positives; memory grows with the number of live nonces.
+//!
+//! Both keep a record of `(app, nonce)` until server time `ts − W + retention`, which is at least
+//! `ts + W` — the last instant the window check accepts that timestamp — whenever
+//! `retention ≥ 2·W`; the configuration refuses anything shorter.
+
+use crate::bloom::{BloomStats, Probe, SlicedBloom, SlicedBloomConfig};
+use crate::ttl::TtlSet;
+
+/// Smallest and largest accepted nonce length.
+pub const NONCE_MIN_LEN: usize = 16;
+pub const NONCE_MAX_LEN: usize = 64;
+
+/// Checks the nonce format of contract v1: 16–64 characters of `[A-Za-z0-9_-]`.
+pub fn validate_nonce(nonce: &str) -> Result<(), String> {
+    let len = nonce.len();
+    if !(NONCE_MIN_LEN..=NONCE_MAX_LEN).contains(&len) {
+        return Err(format!(
+            "x-nonce must be {NONCE_MIN_LEN}-{NONCE_MAX_LEN} characters long, got {len}"
+        ));
+    }
+    if let Some(c) = nonce
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
+        return Err(format!(
+            "x-nonce may only contain [A-Za-z0-9_-], found {c:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// What the store says about a nonce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NonceVerdict {
+    /// First sighting; now recorded.
+    Fresh,
+    /// Already recorded: a replay.
+    Replay,
+    /// The store cannot judge this timestamp (older than anything it still holds).
+    OutOfRange,
+}
+
+/// A store failure, answered by the declared `on_store_error` policy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    #[error("store full: {0}")]
+    Full(String),
+}
+
+/// Live figures of a nonce store, exported as metrics.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NonceStats {
+    pub mode: &'static str,
+    pub memory_bytes: u64,
+    pub entries: f64,
+    pub fill_ratio: f64,
+    pub estimated_fp: f64,
+    pub overloaded: bool,
+}
+
+/// The nonce de-duplication step's state.
+pub trait NonceStore: Send + Sync {
+    /// Atomically records `(app, nonce)` for a request with timestamp `ts_ms`, which the caller has
+    /// already checked against the app's window `window_ms` at server time `now_ms`.
+    fn check_and_insert(
+        &self,
+        app: &str,
+        nonce: &str,
+        ts_ms: i64,
+        window_ms: i64,
+        now_ms: i64,
+    ) -> Result<NonceVerdict, StoreError>;
+
+    /// Periodic housekeeping (rotation, purging). Never required for correctness.
+    fn maintain(&self, now_ms: i64);
+
+    fn stats(&self, now_ms: i64) -> NonceStats;
+}
+
+/// The compact mode: a [`SlicedBloom`] keyed by (app, nonce).
+#[derive(Debug)]
+pub struct BloomNonceStore {
+    filter: SlicedBloom,
+}
+
+impl BloomNonceStore {
+    pub fn new(cfg: SlicedBloomConfig, seed: u64) -> Self {
+        BloomNonceStore {
+            filter: SlicedBloom::new(cfg, seed),
+        }
+    }
+
+    pub fn filter(&self) -> &SlicedBloom {
+        &self.filter
+    }
+
+    pub fn bloom_stats(&self, now_ms: i64) -> BloomStats {
+        self.filter.stats(now_ms)
+    }
+}
+
+fn app_scope(app: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(app.as_bytes())
+}
+
+impl NonceStore for BloomNonceStore {
+    fn check_and_insert(
+        &self,
+        app: &str,
+        nonce: &str,
+        ts_ms: i64,
+        _window_ms: i64,
+        now_ms: i64,
+    ) -> Result<NonceVerdict, StoreError> {
+        let h = self.filter.hash(app_scope(app), nonce.as_bytes());
+        Ok(match self.filter.check_and_insert(h, ts_ms, now_ms) {
+            Probe::New => NonceVerdict::Fresh,
+            Probe::Seen => NonceVerdict::Replay,
+            Probe::OutOfRange => NonceVerdict::OutOfRange,
+        })
+    }
+
+    fn maintain(&self, now_ms: i64) {
+        self.filter.maintain(now_ms);
+    }
+
+    fn stats(&self, now_ms: i64) -> NonceStats {
+        let s = self.filter.stats(now_ms);
+        NonceStats {
+            mode: "bloom",
+            memory_bytes: s.memory_bytes,
+            entries: s.estimated_entries,
+            fill_ratio: s.fill_ratio,
+            estimated_fp: s.estimated_fp,
+            overloaded: s.overloaded,
+        }
+    }
+}
+
+/// The exact mode: every live (app, nonce) kept verbatim until its record expires.
+pub struct ExactNonceStore {
+    set: TtlSet<Box<[u8]>>,
+    retention_ms: i64,
+}
+
+impl ExactNonceStore {
+    pub fn new(retention_ms: i64, max_entries: usize) -> Self {
+        ExactNonceStore {
+            set: TtlSet::new(max_entries),
+            retention_ms,
+        }
+    }
+}
+
+impl NonceStore for ExactNonceStore {
+    fn check_and_insert(
+        &self,
+        app: &str,
+        nonce: &str,
+        ts_ms: i64,
+        window_ms: i64,
+        now_ms: i64,
+    ) -> Result<NonceVerdict, StoreError> {
+        let mut key = Vec::with_capacity(app.len() + 1 + nonce.len());
+        key.extend_from_slice(app.as_bytes());
+        key.push(0);
+        key.extend_from_slice(nonce.as_bytes());
+        // Live while `now < expires`, so `+ 1` keeps the record at `now = ts + W` itself (the window
+        // check accepts |now − ts| ≤ W, both edges included).
+        let expires = ts_ms
+            .saturating_sub(window_ms)
+            .saturating_add(self.retention_ms)
+            .saturating_add(1);
+        match self
+            .set
+            .insert_if_absent(key.into_boxed_slice(), now_ms, expires)
+        {
+            Ok(true) => Ok(NonceVerdict::Fresh),
+            Ok(false) => Ok(NonceVerdict::Replay),
+            Err(full) => Err(StoreError::Full(full.to_string())),
+        }
+    }
+
+    fn maintain(&self, now_ms: i64) {
+        self.set.purge(now_ms);
+    }
+
+    fn stats(&self, _now_ms: i64) -> NonceStats {
+        let n = self.set.len();
+        NonceStats {
+            mode: "exact",
+            // Key bytes + hash map overhead, roughly; exact mode has no fixed size.
+            memory_bytes: (n as u64) * 96,
+            entries: n as f64,
+            fill_ratio: 0.0,
+            estimated_fp: 0.0,
+            overloaded: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nonce_format() {
+        assert!(validate_nonce("n0nce-0123456789AB").is_ok());
+        assert!(validate_nonce(&"a".repeat(16)).is_ok());
+        assert!(validate_nonce(&"a".repeat(64)).is_ok());
+        assert!(validate_nonce(&"a".repeat(15)).is_err());
+        assert!(validate_nonce(&"a".repeat(65)).is_err());
+        assert!(validate_nonce("n0nce 0123456789AB").is_err());
+        assert!(validate_nonce("n0nce\n0123456789AB").is_err());
+        assert!(validate_nonce("nönce-0123456789AB").is_err());
+    }
+
+    #[test]
+    fn exact_store_keeps_until_ts_plus_window() {
+        let s = ExactNonceStore::new(2_000, 100);
+        let (ts, w) = (10_000, 1_000);
+        assert_eq!(
+            s.check_and_insert("a", "n", ts, w, ts - w),
+            Ok(NonceVerdict::Fresh)
+        );
+        assert_eq!(
+            s.check_and_insert("b", "n", ts, w, ts - w),
+            Ok(NonceVerdict::Fresh),
+            "nonces are scoped per app"
+        );
+        s.maintain(ts + w);
+        assert_eq!(
+            s.check_and_insert("a", "n", ts, w, ts + w),
+            Ok(NonceVerdict::Replay)
+        );
+    }
+}

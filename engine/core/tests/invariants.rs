@@ -1,0 +1,301 @@
+//! DESIGN §2 invariants, proven through the whole decision path on the in-process stores, with a
+//! small window so the tests run fast.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+
+use proptest::prelude::*;
+use rampart_core::bloom::SlicedBloomConfig;
+use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy, NoRules};
+use rampart_core::fingerprint::LocalFingerprintStore;
+use rampart_core::model::{Action, Code, DecideRequest, JudgedRequest};
+use rampart_core::nonce::{BloomNonceStore, ExactNonceStore, NonceStore};
+use rampart_core::sign::{sign, ToSign};
+use rampart_core::Engine;
+use serde_json::json;
+
+const SECRET: &[u8] = b"test-secret";
+const W: i64 = 200;
+
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Bloom,
+    Exact,
+}
+
+fn nonce_store(mode: Mode) -> Arc<dyn NonceStore> {
+    match mode {
+        Mode::Bloom => Arc::new(BloomNonceStore::new(
+            SlicedBloomConfig {
+                expected_rps: 50_000,
+                slice_ms: 50,
+                retention_ms: 2 * W,
+                max_window_ms: W,
+                target_fp: 1e-6,
+            },
+            0xfeed,
+        )),
+        Mode::Exact => Arc::new(ExactNonceStore::new(2 * W, 1_000_000)),
+    }
+}
+
+fn engine(mode: Mode) -> Engine {
+    Engine::new(
+        EngineSettings {
+            apps: vec![AppPolicy::new("shop", SECRET, W)],
+            routes: vec![],
+            default_dedup: DedupPolicy::default(),
+            on_store_error: FailPolicy::Deny,
+            challenge_status: 401,
+        },
+        nonce_store(mode),
+        Arc::new(LocalFingerprintStore::new(1_000_000)),
+        Arc::new(NoRules),
+    )
+}
+
+fn request(nonce: &str, ts: i64, body: &str) -> DecideRequest {
+    let h = sign(
+        SECRET,
+        &ToSign {
+            app: "shop",
+            method: "POST",
+            path: "/api/order/pay",
+            query: "b=2&a=1",
+            body: body.as_bytes(),
+            timestamp_ms: ts,
+            nonce,
+        },
+    );
+    let mut r = JudgedRequest {
+        method: "POST".into(),
+        path: "/api/order/pay".into(),
+        query: "b=2&a=1".into(),
+        body: Some(body.into()),
+        ..Default::default()
+    };
+    r.headers.insert("x-timestamp".into(), h.timestamp);
+    r.headers.insert("x-nonce".into(), h.nonce);
+    r.headers.insert("x-signature".into(), h.signature);
+    DecideRequest {
+        app: "shop".into(),
+        request: r,
+        ..Default::default()
+    }
+}
+
+fn code(e: &Engine, r: &DecideRequest, now: i64) -> Code {
+    e.decide(r, now).expect("valid call").code
+}
+
+#[test]
+fn replays_rejected_at_both_window_edges_across_rotations() {
+    for mode in [Mode::Bloom, Mode::Exact] {
+        let e = engine(mode);
+        let base = 1_000_000;
+        // First seen at the future edge (ts = now + W), replayed until the past edge (now = ts + W):
+        // the full 2W span, crossing many slice rotations.
+        for i in 0..40 {
+            let ts = base + i * 37;
+            let first = ts - W;
+            let r = request(&format!("edge-future-{i:010}"), ts, "{}");
+            e.maintain(first);
+            assert_eq!(code(&e, &r, first), Code::Ok, "{mode:?}");
+            for now in (first + 1..=ts + W).step_by(13).chain([ts + W]) {
+                e.maintain(now);
+                assert_eq!(
+                    code(&e, &r, now),
+                    Code::ReplayDuplicate,
+                    "{mode:?} i={i} now={now}"
+                );
+            }
+            // One ms later the window itself rejects it, as skew (never as a parameter error).
+            assert_eq!(code(&e, &r, ts + W + 1), Code::TimestampSkew);
+        }
+        // First seen at the past edge (ts = now − W): the window closes right after.
+        let ts = base + 10_000;
+        let r = request("edge-past-00000000", ts, "{}");
+        assert_eq!(code(&e, &r, ts + W), Code::Ok);
+        assert_eq!(code(&e, &r, ts + W), Code::ReplayDuplicate);
+        assert_eq!(code(&e, &r, ts + W + 1), Code::TimestampSkew);
+    }
+}
+
+#[test]
+fn exactly_one_of_64_concurrent_identical_requests_passes() {
+    for mode in [Mode::Bloom, Mode::Exact] {
+        let e = Arc::new(engine(mode));
+        for round in 0..20 {
+            let now = 5_000_000 + round * 10;
+            let r = Arc::new(request(&format!("race-{round:012}"), now, "{\"x\":1}"));
+            let barrier = Arc::new(Barrier::new(64));
+            let allowed = Arc::new(AtomicUsize::new(0));
+            let threads: Vec<_> = (0..64)
+                .map(|_| {
+                    let (e, r, b, a) = (e.clone(), r.clone(), barrier.clone(), allowed.clone());
+                    std::thread::spawn(move || {
+                        b.wait();
+                        let v = e.decide(&r, now).unwrap();
+                        match v.code {
+                            Code::Ok => {
+                                a.fetch_add(1, Ordering::SeqCst);
+                            }
+                            c => assert_eq!(c, Code::ReplayDuplicate),
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            assert_eq!(allowed.load(Ordering::SeqCst), 1, "{mode:?} round {round}");
+        }
+    }
+}
+
+#[test]
+fn bad_signature_never_consumes_the_nonce() {
+    for mode in [Mode::Bloom, Mode::Exact] {
+        let e = engine(mode);
+        let now = 2_000_000;
+        let good = request("keep-me-unused-0001", now, "{\"a\":1}");
+        let mut forged = good.clone();
+        forged.request.body = Some("{\"a\":2}".into());
+        for _ in 0..5 {
+            assert_eq!(code(&e, &forged, now), Code::SignatureInvalid);
+        }
+        // A stale (out of window) copy must not consume it either.
+        let stale = request("keep-me-unused-0002", now - 10 * W, "{}");
+        assert_eq!(code(&e, &stale, now), Code::TimestampSkew);
+        assert_eq!(code(&e, &good, now), Code::Ok, "{mode:?}");
+        assert_eq!(
+            code(&e, &request("keep-me-unused-0002", now, "{}"), now),
+            Code::Ok
+        );
+    }
+}
+
+#[test]
+fn distinct_codes_for_each_failure() {
+    let e = engine(Mode::Bloom);
+    let now = 3_000_000;
+    let ok = request("distinct-codes-0001", now, "{}");
+    assert_eq!(code(&e, &ok, now), Code::Ok);
+    assert_eq!(code(&e, &ok, now), Code::ReplayDuplicate);
+
+    let mut missing = request("distinct-codes-0002", now, "{}");
+    missing.request.headers.remove("x-signature");
+    let v = e.decide(&missing, now).unwrap();
+    assert_eq!(
+        (v.code, v.status, v.action),
+        (Code::SignatureMissing, 401, Action::Deny)
+    );
+
+    let mut bad = request("distinct-codes-0003", now, "{}");
+    bad.request
+        .headers
+        .insert("x-signature".into(), format!("v1={}", "0".repeat(64)));
+    assert_eq!(code(&e, &bad, now), Code::SignatureInvalid);
+
+    let skewed = request("distinct-codes-0004", now + W + 1, "{}");
+    let v = e.decide(&skewed, now).unwrap();
+    assert_eq!((v.code, v.status), (Code::TimestampSkew, 401));
+    assert_eq!(v.server_time_ms, Some(now));
+    assert_eq!(v.skew_ms, Some(W + 1));
+    assert_eq!(v.reasons[0].skew_ms, Some(W + 1));
+
+    let short = request("short", now, "{}");
+    let v = e.decide(&short, now).unwrap();
+    assert_eq!((v.code, v.status), (Code::NonceInvalid, 400));
+
+    let mut garbage_ts = request("distinct-codes-0005", now, "{}");
+    garbage_ts
+        .request
+        .headers
+        .insert("x-timestamp".into(), "soon".into());
+    // The signature covers the raw header, so tampering shows as a bad signature first.
+    assert_eq!(code(&e, &garbage_ts, now), Code::SignatureInvalid);
+
+    let mut unknown = ok.clone();
+    unknown.app = "nope".into();
+    assert_eq!(e.decide(&unknown, now).unwrap_err().code(), "UNKNOWN_APP");
+    let mut bad_hash = ok.clone();
+    bad_hash.request.body = None;
+    bad_hash.request.body_sha256 = Some("xyz".into());
+    assert_eq!(
+        e.decide(&bad_hash, now).unwrap_err().code(),
+        "INVALID_FIELD"
+    );
+}
+
+#[test]
+fn fingerprint_dedup_ignores_key_order_and_volatile_fields() {
+    let e = engine(Mode::Bloom);
+    let now = 4_000_000;
+    let mut a = request("fingerprint-aaaa-01", now, "");
+    a.user_id = Some("u-42".into());
+    a.params = Some(
+        json!({"sku": "X1", "qty": 2, "requestTime": 1, "addr": {"zip": "10115", "city": "Berlin"}}),
+    );
+    let mut b = request("fingerprint-aaaa-02", now + 5, "");
+    b.user_id = Some("u-42".into());
+    b.params = Some(
+        json!({"addr": {"city": "Berlin", "zip": "10115"}, "requestTime": 2, "qty": 2, "sku": "X1"}),
+    );
+    assert_eq!(code(&e, &a, now), Code::Ok);
+    let v = e.decide(&b, now + 5).unwrap();
+    assert_eq!((v.code, v.status), (Code::DuplicateSubmission, 409));
+
+    // Another user, other params, or after the window: not a duplicate.
+    let mut c = request("fingerprint-aaaa-03", now + 6, "");
+    c.user_id = Some("u-43".into());
+    c.params = b.params.clone();
+    assert_eq!(code(&e, &c, now + 6), Code::Ok);
+    let mut d = request("fingerprint-aaaa-04", now + 7, "");
+    d.user_id = Some("u-42".into());
+    d.params = Some(json!({"sku": "X1", "qty": 3}));
+    assert_eq!(code(&e, &d, now + 7), Code::Ok);
+    let mut later = request("fingerprint-aaaa-05", now + 1000, "");
+    later.user_id = Some("u-42".into());
+    later.params = a.params.clone();
+    assert_eq!(code(&e, &later, now + 1000), Code::Ok);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// No false negative within retention: for random nonces, timestamps and arrival times, every
+    /// replay whose timestamp still passes the window is rejected.
+    #[test]
+    fn no_false_negative_within_retention(
+        items in proptest::collection::vec((0i64..2_000, -W..=W, 0i64..=2 * W), 1..40),
+        exact in any::<bool>(),
+    ) {
+        let e = engine(if exact { Mode::Exact } else { Mode::Bloom });
+        let base = 10_000_000;
+        // Each item: timestamp offset, first arrival relative to ts (within the window), replay delay.
+        let mut events: Vec<(i64, usize, bool)> = Vec::new();
+        for (i, (ts_off, first_rel, delay)) in items.iter().enumerate() {
+            let ts = base + ts_off;
+            let first = ts + first_rel;
+            events.push((first, i, false));
+            let replay = first + delay;
+            if replay <= ts + W {
+                events.push((replay, i, true));
+            }
+        }
+        events.sort();
+        let reqs: Vec<_> = items.iter().enumerate()
+            .map(|(i, (ts_off, _, _))| request(&format!("prop-nonce-{i:08}"), base + ts_off, "{}"))
+            .collect();
+        for (now, i, is_replay) in events {
+            e.maintain(now);
+            let c = code(&e, &reqs[i], now);
+            if is_replay {
+                prop_assert_eq!(c, Code::ReplayDuplicate);
+            } else {
+                prop_assert_eq!(c, Code::Ok);
+            }
+        }
+    }
+}
