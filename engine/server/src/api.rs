@@ -1,0 +1,343 @@
+//! HTTP API, contract v1: `/v1/decide`, `/v1/decide/batch`, `/v1/time`, `/healthz`, `/readyz`,
+//! `/metrics`, and `/admin/v1/decisions/recent` (loopback only until admin auth lands).
+//!
+//! Errors of the call itself are answered 4xx with `{"error":{"code","message"}}`, never a 5xx.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
+use rampart_core::model::{Reason, ShadowHit};
+use rampart_core::{Action, Code, DecideRequest, Verdict};
+use serde::{Deserialize, Serialize};
+
+use crate::clock::now_ms;
+use crate::declog::DecisionRecord;
+use crate::runtime::Runtime;
+
+/// An error of the API call itself.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ApiError {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn body(&self) -> serde_json::Value {
+        serde_json::json!({"error": {"code": self.code, "message": self.message}})
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        StatusCode::from_u16(self.status).unwrap_or(StatusCode::BAD_REQUEST)
+    }
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.status_code()).json(self.body())
+    }
+}
+
+impl From<rampart_core::RequestError> for ApiError {
+    fn from(e: rampart_core::RequestError) -> Self {
+        ApiError::new(e.status(), e.code(), e.to_string())
+    }
+}
+
+/// Maps a JSON parse error to a stable code.
+fn json_error(e: serde_json::Error) -> ApiError {
+    use serde_json::error::Category;
+    let msg = e.to_string();
+    if msg.contains("recursion limit") {
+        return ApiError::new(400, "JSON_TOO_DEEP", "JSON nesting is deeper than 128 levels");
+    }
+    match e.classify() {
+        Category::Data => ApiError::new(400, "INVALID_FIELD", msg),
+        Category::Syntax | Category::Eof | Category::Io => {
+            ApiError::new(400, "MALFORMED_JSON", format!("body is not valid JSON: {msg}"))
+        }
+    }
+}
+
+/// The answer of `/v1/decide`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DecisionOut {
+    pub decision_id: String,
+    pub action: Action,
+    pub code: Code,
+    pub status: u16,
+    pub tier: Option<String>,
+    pub rule: Option<String>,
+    pub reasons: Vec<Reason>,
+    pub retry_after_ms: Option<u64>,
+    pub ruleset: RulesetRef,
+    pub shadow: Vec<ShadowHit>,
+    pub latency_us: u64,
+    pub degraded: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_time_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skew_ms: Option<i64>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RulesetRef {
+    pub version: String,
+    pub arm: String,
+}
+
+async fn read_body(
+    rt: &Runtime,
+    req: &HttpRequest,
+    payload: web::Payload,
+    limit: usize,
+) -> Result<web::Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            413,
+            "BODY_TOO_LARGE",
+            format!("request body is larger than the limit of {limit} bytes"),
+        )
+    };
+    if let Some(len) = req
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        if len > limit {
+            rt.metrics.api_error("BODY_TOO_LARGE");
+            return Err(too_large());
+        }
+    }
+    match payload.to_bytes_limited(limit).await {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(e)) => Err(ApiError::new(400, "BAD_BODY", format!("cannot read body: {e}"))),
+        Err(_) => {
+            rt.metrics.api_error("BODY_TOO_LARGE");
+            Err(too_large())
+        }
+    }
+}
+
+/// Judges one parsed request, records metrics and the decision log row.
+fn judge(rt: &Runtime, req: &DecideRequest, started: Instant) -> Result<DecisionOut, ApiError> {
+    let now = now_ms();
+    let verdict: Verdict = rt.engine.decide(req, now).inspect_err(|e| rt.metrics.api_error(e.code()))?;
+    let elapsed = started.elapsed();
+    let latency_us = elapsed.as_micros() as u64;
+    rt.metrics.record(&verdict, elapsed.as_secs_f64());
+    let decision_id = rt.ids.next(now);
+    let version = rt.engine.rules().version().to_string();
+    let c = &req.client;
+    rt.log.submit(DecisionRecord {
+        time_ms: now,
+        decision_id: decision_id.clone(),
+        app: req.app.clone(),
+        method: req.request.method.to_ascii_uppercase(),
+        route: req.request.path.clone(),
+        user: req.user_id.clone(),
+        ip: c.ip.clone(),
+        device_id: c.device_id.clone(),
+        country: c.country.clone(),
+        isp: c.isp.clone(),
+        device_type: c.device_type.clone(),
+        user_agent: c.user_agent.clone(),
+        ja3: c.ja3.clone(),
+        tier: verdict.tier,
+        rule: verdict.rule.clone(),
+        action: verdict.action,
+        code: verdict.code,
+        status: verdict.status,
+        reasons: verdict.reasons.clone(),
+        shadow: verdict.shadow.clone(),
+        ruleset_version: version.clone(),
+        arm: "stable",
+        latency_us,
+        degraded: verdict.degraded,
+        instance: rt.instance.clone(),
+    });
+    Ok(DecisionOut {
+        decision_id,
+        action: verdict.action,
+        code: verdict.code,
+        status: verdict.status,
+        tier: verdict.tier.map(str::to_string),
+        rule: verdict.rule,
+        reasons: verdict.reasons,
+        retry_after_ms: verdict.retry_after_ms,
+        ruleset: RulesetRef {
+            version,
+            arm: "stable".into(),
+        },
+        shadow: verdict.shadow,
+        latency_us,
+        degraded: verdict.degraded,
+        server_time_ms: verdict.server_time_ms,
+        skew_ms: verdict.skew_ms,
+    })
+}
+
+async fn decide(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_body(&rt, &req, payload, rt.limits.max_body_bytes).await?;
+    let started = Instant::now();
+    let parsed: DecideRequest = serde_json::from_slice(&body).map_err(|e| {
+        let e = json_error(e);
+        rt.metrics.api_error(e.code);
+        e
+    })?;
+    let out = judge(&rt, &parsed, started)?;
+    Ok(HttpResponse::Ok().json(out))
+}
+
+async fn decide_batch(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_body(&rt, &req, payload, rt.limits.max_batch_body_bytes).await?;
+    let items: Vec<Box<serde_json::value::RawValue>> =
+        serde_json::from_slice(&body).map_err(|e| {
+            let e = match json_error(e) {
+                e if e.code == "INVALID_FIELD" => {
+                    ApiError::new(400, "INVALID_FIELD", "the batch body must be a JSON array of decide requests")
+                }
+                e => e,
+            };
+            rt.metrics.api_error(e.code);
+            e
+        })?;
+    if items.len() > rt.limits.max_batch_items {
+        rt.metrics.api_error("BATCH_TOO_LARGE");
+        return Err(ApiError::new(
+            413,
+            "BATCH_TOO_LARGE",
+            format!(
+                "the batch has {} items; the limit is {}",
+                items.len(),
+                rt.limits.max_batch_items
+            ),
+        ));
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let started = Instant::now();
+        let answer = serde_json::from_str::<DecideRequest>(item.get())
+            .map_err(json_error)
+            .and_then(|r| judge(&rt, &r, started));
+        out.push(match answer {
+            Ok(d) => serde_json::to_value(d).unwrap_or_default(),
+            Err(e) => {
+                rt.metrics.api_error(e.code);
+                e.body()
+            }
+        });
+    }
+    Ok(HttpResponse::Ok().json(out))
+}
+
+async fn time() -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({ "server_time_ms": now_ms() }))
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+}
+
+async fn readyz(rt: web::Data<Runtime>) -> HttpResponse {
+    if rt.ready.load(Ordering::Acquire) {
+        HttpResponse::Ok().json(serde_json::json!({ "status": "ready" }))
+    } else {
+        HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "starting" }))
+    }
+}
+
+async fn metrics(rt: web::Data<Runtime>) -> HttpResponse {
+    rt.refresh_gauges();
+    HttpResponse::Ok()
+        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
+        .body(rt.metrics.encode())
+}
+
+#[derive(Deserialize)]
+struct RecentQuery {
+    limit: Option<usize>,
+}
+
+async fn recent(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    q: web::Query<RecentQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let local = req.peer_addr().map(|a| a.ip().is_loopback()).unwrap_or(false);
+    if !local {
+        return Err(ApiError::new(
+            403,
+            "FORBIDDEN",
+            "recent decisions are served to loopback clients only until admin auth is configured",
+        ));
+    }
+    let limit = q.limit.unwrap_or(100).min(1000);
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "decisions": rt.log.recent(limit) })))
+}
+
+async fn not_found(req: HttpRequest) -> HttpResponse {
+    ApiError::new(404, "NOT_FOUND", format!("no endpoint {} {}", req.method(), req.path()))
+        .error_response()
+}
+
+async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
+    ApiError::new(
+        405,
+        "METHOD_NOT_ALLOWED",
+        format!("{} is not allowed on {}", req.method(), req.path()),
+    )
+    .error_response()
+}
+
+fn query_error(err: actix_web::error::QueryPayloadError, _req: &HttpRequest) -> actix_web::Error {
+    ApiError::new(400, "INVALID_FIELD", format!("bad query string: {err}")).into()
+}
+
+/// Registers every route on an actix `App`.
+pub fn configure(rt: Arc<Runtime>) -> impl FnOnce(&mut web::ServiceConfig) {
+    move |cfg: &mut web::ServiceConfig| {
+        cfg.app_data(web::Data::from(rt))
+            .app_data(web::QueryConfig::default().error_handler(query_error))
+            .service(
+                web::resource("/v1/decide")
+                    .route(web::post().to(decide))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/v1/decide/batch")
+                    .route(web::post().to(decide_batch))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/v1/time")
+                    .route(web::get().to(time))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .route("/healthz", web::get().to(healthz))
+            .route("/readyz", web::get().to(readyz))
+            .route("/metrics", web::get().to(metrics))
+            .route("/admin/v1/decisions/recent", web::get().to(recent))
+            .default_service(web::to(not_found));
+    }
+}

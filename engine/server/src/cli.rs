@@ -1,0 +1,340 @@
+//! The `rampart` command line: `serve`, `check`, `sign`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use rampart_core::sign::{sign, ToSign};
+
+use crate::config::{Config, NonceMode, Validated};
+use crate::runtime::Runtime;
+
+#[derive(Parser)]
+#[command(name = "rampart", version, about = "Rules-driven risk-control engine with an anti-replay core")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the engine (embedded defaults when no config is given).
+    Serve {
+        /// TOML configuration file.
+        #[arg(long, env = "RAMPART_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Validate the configuration (and rules), print the nonce store's sizing, exit non-zero on
+    /// any problem.
+    Check {
+        #[arg(long, env = "RAMPART_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Print the anti-replay headers for a request (for integrators, docs and tests).
+    Sign(SignArgs),
+}
+
+#[derive(clap::Args)]
+struct SignArgs {
+    #[arg(long, default_value = "demo")]
+    app: String,
+    /// The app's secret.
+    #[arg(long, conflicts_with_all = ["secret_env", "config"])]
+    secret: Option<String>,
+    /// Read the secret from this environment variable.
+    #[arg(long, conflicts_with = "config")]
+    secret_env: Option<String>,
+    /// Take the app's secret from this configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long, default_value = "GET")]
+    method: String,
+    #[arg(long, default_value = "/")]
+    path: String,
+    /// Raw query string, without `?`.
+    #[arg(long, default_value = "")]
+    query: String,
+    /// Request body.
+    #[arg(long, conflicts_with = "body_file")]
+    body: Option<String>,
+    #[arg(long)]
+    body_file: Option<PathBuf>,
+    /// Unix ms; default: now.
+    #[arg(long)]
+    timestamp: Option<i64>,
+    /// Default: 24 random characters.
+    #[arg(long)]
+    nonce: Option<String>,
+    /// Adds `user_id` to the `decide` output.
+    #[arg(long)]
+    user: Option<String>,
+    /// Adds `client.ip` to the `decide` output.
+    #[arg(long)]
+    ip: Option<String>,
+    #[arg(long, value_enum, default_value_t = SignFormat::Headers)]
+    format: SignFormat,
+    /// Base URL for `--format curl`.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    url: String,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SignFormat {
+    /// `name: value` lines.
+    Headers,
+    /// A JSON object of the headers.
+    Json,
+    /// A complete `POST /v1/decide` body.
+    Decide,
+    /// A curl command sending the signed request itself (for forward-auth set-ups).
+    Curl,
+}
+
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Serve { config } => serve(config),
+        Cmd::Check { config } => check(config),
+        Cmd::Sign(args) => match sign_cmd(args) {
+            Ok(out) => {
+                println!("{out}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("rampart sign: {e}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+fn load(config: Option<&std::path::Path>) -> Result<Validated, String> {
+    Config::load(config)
+        .and_then(|c| c.validate())
+        .map_err(|e| e.to_string())
+}
+
+fn serve(config: Option<PathBuf>) -> ExitCode {
+    let v = match load(config.as_deref()) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("rampart: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(&v);
+    let listener = match std::net::TcpListener::bind(v.listen) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("rampart: cannot listen on {}: {e}", v.listen);
+            return ExitCode::from(2);
+        }
+    };
+    let workers = match v.raw.server.workers {
+        0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        n => n,
+    };
+    let rt = match Runtime::build(v) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rampart: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    rt.start_background();
+    let addr = rt.config.listen;
+    tracing::info!(%addr, workers, "rampart listening on http://{addr}");
+    let server_rt = rt.clone();
+    let result = actix_web::rt::System::new().block_on(async move {
+        actix_web::HttpServer::new(move || {
+            actix_web::App::new().configure(crate::api::configure(Arc::clone(&server_rt)))
+        })
+        .workers(workers)
+        .shutdown_timeout(5)
+        .listen(listener)?
+        .run()
+        .await
+    });
+    rt.shutdown();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rampart: server error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(v: &Validated) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&v.raw.log.level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if v.raw.log.format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+fn check(config: Option<PathBuf>) -> ExitCode {
+    let name = config
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "<embedded defaults>".into());
+    let v = match load(config.as_deref()) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("rampart check: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("configuration OK: {name}");
+    println!("listen: {}", v.listen);
+    for (id, _, w) in &v.apps {
+        println!("app {id}: window ±{w} ms");
+    }
+    println!("{}", sizing_report(&v));
+    ExitCode::SUCCESS
+}
+
+/// What the nonce store will cost, for `rampart check`.
+pub fn sizing_report(v: &Validated) -> String {
+    let st = &v.raw.state;
+    let f = &v.filter;
+    let live = st.expected_rps as f64 * v.retention_ms as f64 / 1000.0;
+    // A Redis key per nonce (SET NX PX): ~100+ bytes each with key, value, expiry and dict overhead.
+    let redis_bytes = live * 100.0;
+    let mib = |b: f64| b / (1024.0 * 1024.0);
+    match st.nonce_mode {
+        NonceMode::Bloom => {
+            let d = f.design();
+            format!(
+                "nonce store: bloom, sized for {} requests/s, retention {} ms, slices of {} ms ({} slices)\n  \
+                 memory: {:.1} MiB\n  \
+                 bits per entry: {:.2} at design load (k = {}), {:.2} per live nonce including slice overhead\n  \
+                 expected false-positive rate: {:.2e} (target {:.0e})\n  \
+                 for comparison, one Redis key per nonce (SET NX PX, ~100 B): {:.0} keys ≈ {:.0} MiB",
+                st.expected_rps,
+                v.retention_ms,
+                f.slice_ms,
+                f.slots(),
+                mib(f.memory_bytes() as f64),
+                d.bits_per_entry,
+                d.k,
+                f.effective_bits_per_entry(),
+                d.expected_fp,
+                st.target_fp,
+                live,
+                mib(redis_bytes),
+            )
+        }
+        NonceMode::Exact => format!(
+            "nonce store: exact (no false positives), retention {} ms, at most {} entries\n  \
+             memory at {} requests/s: ~{:.0} MiB (grows with live nonces)",
+            v.retention_ms,
+            st.exact_max_entries,
+            st.expected_rps,
+            mib(live * 96.0)
+        ),
+    }
+}
+
+fn random_nonce() -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut b = [0u8; 24];
+    let _ = getrandom::getrandom(&mut b);
+    b.iter()
+        .map(|x| ALPHABET[(*x as usize) % ALPHABET.len()] as char)
+        .collect()
+}
+
+fn sign_cmd(a: SignArgs) -> Result<String, String> {
+    let secret = match (&a.secret, &a.secret_env, &a.config) {
+        (Some(s), _, _) => s.clone(),
+        (_, Some(var), _) => std::env::var(var).map_err(|_| format!("{var} is not set"))?,
+        (_, _, Some(path)) => {
+            let v = load(Some(path))?;
+            v.apps
+                .iter()
+                .find(|(id, _, _)| *id == a.app)
+                .map(|(_, s, _)| String::from_utf8_lossy(s).into_owned())
+                .ok_or_else(|| format!("app {:?} is not in {}", a.app, path.display()))?
+        }
+        _ => return Err("give --secret, --secret-env or --config".into()),
+    };
+    let body = match (&a.body, &a.body_file) {
+        (Some(b), _) => b.clone().into_bytes(),
+        (_, Some(p)) => std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        _ => Vec::new(),
+    };
+    let nonce = a.nonce.clone().unwrap_or_else(random_nonce);
+    let method = a.method.to_ascii_uppercase();
+    let h = sign(
+        secret.as_bytes(),
+        &ToSign {
+            app: &a.app,
+            method: &method,
+            path: &a.path,
+            query: &a.query,
+            body: &body,
+            timestamp_ms: a.timestamp.unwrap_or_else(crate::clock::now_ms),
+            nonce: &nonce,
+        },
+    );
+    let headers = serde_json::json!({
+        "x-timestamp": h.timestamp,
+        "x-nonce": h.nonce,
+        "x-signature": h.signature,
+    });
+    Ok(match a.format {
+        SignFormat::Headers => format!(
+            "x-timestamp: {}\nx-nonce: {}\nx-signature: {}\nx-content-sha256: {}",
+            h.timestamp, h.nonce, h.signature, h.body_sha256
+        ),
+        SignFormat::Json => headers.to_string(),
+        SignFormat::Decide => {
+            let mut req = serde_json::json!({
+                "app": a.app,
+                "request": {
+                    "method": method,
+                    "path": a.path,
+                    "query": a.query,
+                    "headers": headers,
+                    "body": String::from_utf8_lossy(&body),
+                },
+            });
+            if let Some(u) = a.user {
+                req["user_id"] = u.into();
+            }
+            if let Some(ip) = a.ip {
+                req["client"] = serde_json::json!({ "ip": ip });
+            }
+            req.to_string()
+        }
+        SignFormat::Curl => {
+            let q = if a.query.is_empty() {
+                String::new()
+            } else {
+                format!("?{}", a.query)
+            };
+            let mut cmd = format!(
+                "curl -s -X {method} '{}{}{q}' -H 'x-app: {}' -H 'x-timestamp: {}' -H 'x-nonce: {}' -H 'x-signature: {}' -H 'x-content-sha256: {}'",
+                a.url.trim_end_matches('/'),
+                a.path,
+                a.app,
+                h.timestamp,
+                h.nonce,
+                h.signature,
+                h.body_sha256
+            );
+            if !body.is_empty() {
+                cmd.push_str(&format!(
+                    " --data-raw '{}'",
+                    String::from_utf8_lossy(&body).replace('\'', "'\\''")
+                ));
+            }
+            cmd
+        }
+    })
+}

@@ -1,0 +1,703 @@
+//! Configuration: one TOML file, `RAMPART_<SECTION>_<KEY>` environment overrides, validated as a
+//! whole before any port is bound. Every key is documented in `docs/config.md`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use rampart_core::bloom::SlicedBloomConfig;
+use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy, RoutePolicy};
+use serde::Deserialize;
+
+/// The secret of the `demo` app of the embedded defaults. For local trials only.
+pub const DEMO_SECRET: &str = "demo-secret";
+
+/// Sections that `RAMPART_<SECTION>_<KEY>` may override (longest match first).
+const SECTIONS: [&str; 6] = [
+    "decision_log",
+    "fingerprint",
+    "server",
+    "state",
+    "rules",
+    "log",
+];
+
+/// Environment variables with the `RAMPART_` prefix that are not config overrides.
+const NOT_OVERRIDES: [&str; 1] = ["RAMPART_CONFIG"];
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub apps: Vec<AppConfig>,
+    #[serde(default)]
+    pub state: StateConfig,
+    #[serde(default)]
+    pub fingerprint: FingerprintConfig,
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+    #[serde(default)]
+    pub decision_log: DecisionLogConfig,
+    #[serde(default)]
+    pub rules: RulesConfig,
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: String,
+    /// HTTP worker threads; 0 = one per core.
+    pub workers: usize,
+    pub max_body_bytes: usize,
+    pub max_batch_body_bytes: usize,
+    pub max_batch_items: usize,
+    pub challenge_status: u16,
+    /// Name of this instance in the decision log; empty = host name.
+    pub instance: String,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:8080".into(),
+            workers: 0,
+            max_body_bytes: 64 * 1024,
+            max_batch_body_bytes: 1024 * 1024,
+            max_batch_items: 100,
+            challenge_status: 401,
+            instance: String::new(),
+        }
+    }
+}
+
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppConfig {
+    pub id: String,
+    #[serde(default)]
+    pub secret: Option<String>,
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    #[serde(default = "default_window_ms")]
+    pub window_ms: i64,
+}
+
+impl std::fmt::Debug for AppConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppConfig")
+            .field("id", &self.id)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("secret_env", &self.secret_env)
+            .field("window_ms", &self.window_ms)
+            .finish()
+    }
+}
+
+fn default_window_ms() -> i64 {
+    5_000
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Local,
+    Redis,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NonceMode {
+    Bloom,
+    Exact,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnStoreError {
+    Deny,
+    Allow,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    pub backend: Backend,
+    pub redis_url: String,
+    pub nonce_mode: NonceMode,
+    pub on_store_error: OnStoreError,
+    /// Peak accepted requests per second the nonce filter is sized for.
+    pub expected_rps: u64,
+    /// Target false-positive rate of the Bloom filter at `expected_rps`.
+    pub target_fp: f64,
+    /// How long a nonce record is kept, from the earliest moment its request could be accepted
+    /// (`ts − window`). Default: 2 × the largest app window. Must be ≥ 2 × every app's window.
+    pub nonce_retention_ms: Option<i64>,
+    /// Width of a Bloom slice. Default: retention / 48.
+    pub nonce_slice_ms: Option<i64>,
+    /// Cap on live entries in exact nonce mode.
+    pub exact_max_entries: usize,
+    /// Cap on live duplicate-submission fingerprints.
+    pub fingerprint_max_entries: usize,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig {
+            backend: Backend::Local,
+            redis_url: String::new(),
+            nonce_mode: NonceMode::Bloom,
+            on_store_error: OnStoreError::Deny,
+            expected_rps: 100_000,
+            target_fp: 1e-6,
+            nonce_retention_ms: None,
+            nonce_slice_ms: None,
+            exact_max_entries: 10_000_000,
+            fingerprint_max_entries: 10_000_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FingerprintConfig {
+    pub window_ms: i64,
+    pub methods: Vec<String>,
+    pub volatile_fields: Vec<String>,
+}
+
+impl Default for FingerprintConfig {
+    fn default() -> Self {
+        let d = DedupPolicy::default();
+        FingerprintConfig {
+            window_ms: d.window_ms,
+            methods: d.methods,
+            volatile_fields: d.volatile_fields,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    #[serde(default)]
+    pub app: Option<String>,
+    pub path: String,
+    #[serde(default)]
+    pub dedup_window_ms: Option<i64>,
+    #[serde(default)]
+    pub methods: Option<Vec<String>>,
+    #[serde(default)]
+    pub volatile_fields: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DecisionLogConfig {
+    /// ClickHouse HTTP URL. Absent = the embedded local log.
+    pub clickhouse_url: Option<String>,
+    pub dir: PathBuf,
+    pub max_file_bytes: u64,
+    pub max_files: usize,
+    pub queue_size: usize,
+    pub ring_size: usize,
+}
+
+impl Default for DecisionLogConfig {
+    fn default() -> Self {
+        DecisionLogConfig {
+            clickhouse_url: None,
+            dir: PathBuf::from("rampart-data/decisions"),
+            max_file_bytes: 64 * 1024 * 1024,
+            max_files: 16,
+            queue_size: 65_536,
+            ring_size: 1_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RulesConfig {
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `error`, `warn`, `info`, `debug`, `trace`, or a tracing filter directive.
+    pub level: String,
+    /// `json` or `text`.
+    pub format: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".into(),
+            format: "text".into(),
+        }
+    }
+}
+
+/// A configuration that cannot be used, with every problem found.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {err}")]
+    Read { path: PathBuf, err: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
+    Invalid(Vec<String>),
+}
+
+/// Validated configuration, with derived values filled in.
+#[derive(Debug, Clone)]
+pub struct Validated {
+    pub raw: Config,
+    pub listen: SocketAddr,
+    pub apps: Vec<(String, Vec<u8>, i64)>,
+    pub filter: SlicedBloomConfig,
+    pub retention_ms: i64,
+}
+
+impl Config {
+    /// The embedded defaults: a `demo` app with a documented dev secret, local state, local log.
+    pub fn embedded() -> Config {
+        Config {
+            server: ServerConfig::default(),
+            apps: vec![AppConfig {
+                id: "demo".into(),
+                secret: Some(DEMO_SECRET.into()),
+                secret_env: None,
+                // Generous so that a hand-typed curl from the README fits; tighten in production.
+                window_ms: 30_000,
+            }],
+            state: StateConfig::default(),
+            fingerprint: FingerprintConfig::default(),
+            routes: Vec::new(),
+            decision_log: DecisionLogConfig::default(),
+            rules: RulesConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+
+    /// Loads `path` (or the embedded defaults when `None`) and applies the environment overrides.
+    pub fn load(path: Option<&std::path::Path>) -> Result<Config, ConfigError> {
+        Self::load_with_env(path, std::env::vars())
+    }
+
+    pub fn load_with_env(
+        path: Option<&std::path::Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let (name, mut table) = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|err| ConfigError::Read {
+                    path: p.to_path_buf(),
+                    err,
+                })?;
+                let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+                    ConfigError::Parse {
+                        path: p.display().to_string(),
+                        message: e.to_string(),
+                    }
+                })?;
+                (p.display().to_string(), table)
+            }
+            None => (
+                "<embedded defaults>".to_string(),
+                toml::Table::try_from(EmbeddedToml::from(Config::embedded()))
+                    .expect("embedded defaults serialise"),
+            ),
+        };
+        apply_env(&mut table, env)?;
+        toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse {
+                path: name,
+                message: e.to_string(),
+            })
+    }
+
+    /// Checks everything and derives the values the server needs. Collects every problem.
+    pub fn validate(&self) -> Result<Validated, ConfigError> {
+        let mut errs = Vec::new();
+        let listen = match self.server.listen.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                errs.push(format!(
+                    "server.listen {:?} is not an address like 127.0.0.1:8080",
+                    self.server.listen
+                ));
+                None
+            }
+        };
+        if self.server.max_body_bytes < 256 {
+            errs.push("server.max_body_bytes must be at least 256".into());
+        }
+        if self.server.max_batch_body_bytes < self.server.max_body_bytes {
+            errs.push("server.max_batch_body_bytes must be ≥ server.max_body_bytes".into());
+        }
+        if self.server.max_batch_items == 0 {
+            errs.push("server.max_batch_items must be at least 1".into());
+        }
+        if ![401, 403].contains(&self.server.challenge_status) {
+            errs.push("server.challenge_status must be 401 or 403".into());
+        }
+
+        if self.apps.is_empty() {
+            errs.push("at least one [[apps]] entry is required".into());
+        }
+        let mut apps = Vec::new();
+        for (i, a) in self.apps.iter().enumerate() {
+            let at = format!("apps[{i}] ({:?})", a.id);
+            if a.id.is_empty() || a.id.len() > 64 || a.id.contains(['\n', '\r']) {
+                errs.push(format!("{at}: id must be 1–64 characters without line breaks"));
+            }
+            if self.apps[..i].iter().any(|b| b.id == a.id) {
+                errs.push(format!("{at}: duplicate app id"));
+            }
+            if !(1..=86_400_000).contains(&a.window_ms) {
+                errs.push(format!("{at}: window_ms must be between 1 and 86400000"));
+            }
+            let secret = match (&a.secret, &a.secret_env) {
+                (Some(s), None) => Some(s.clone()),
+                (None, Some(var)) => match std::env::var(var) {
+                    Ok(s) => Some(s),
+                    Err(_) => {
+                        errs.push(format!(
+                            "{at}: secret_env names {var:?}, which is not set"
+                        ));
+                        None
+                    }
+                },
+                (Some(_), Some(_)) => {
+                    errs.push(format!("{at}: set either secret or secret_env, not both"));
+                    None
+                }
+                (None, None) => {
+                    errs.push(format!("{at}: secret or secret_env is required"));
+                    None
+                }
+            };
+            if let Some(s) = secret {
+                if s.is_empty() {
+                    errs.push(format!("{at}: the secret is empty"));
+                }
+                apps.push((a.id.clone(), s.into_bytes(), a.window_ms));
+            }
+        }
+
+        let st = &self.state;
+        if st.backend == Backend::Redis {
+            errs.push(
+                "state.backend = \"redis\" is not available in this build yet; use \"local\""
+                    .into(),
+            );
+        }
+        if !(st.target_fp > 0.0 && st.target_fp <= 0.01) {
+            errs.push("state.target_fp must be in (0, 0.01]".into());
+        }
+        if st.expected_rps == 0 {
+            errs.push("state.expected_rps must be at least 1".into());
+        }
+        let max_window = self.apps.iter().map(|a| a.window_ms).max().unwrap_or(1).max(1);
+        let retention = st.nonce_retention_ms.unwrap_or(2 * max_window);
+        for a in &self.apps {
+            if retention < 2 * a.window_ms {
+                errs.push(format!(
+                    "state.nonce_retention_ms = {retention} is shorter than the acceptance span of app {:?} \
+                     (2 × window_ms = {}): a request is accepted while |now − x-timestamp| ≤ {} ms, so its \
+                     replay can arrive up to {} ms after the first sighting and would pass once the nonce \
+                     is forgotten. Set nonce_retention_ms ≥ {} or shrink the window.",
+                    a.id,
+                    2 * a.window_ms,
+                    a.window_ms,
+                    2 * a.window_ms,
+                    2 * a.window_ms
+                ));
+            }
+        }
+        let slice = st.nonce_slice_ms.unwrap_or((retention / 48).max(1));
+        if slice < 1 || slice > retention.max(1) {
+            errs.push("state.nonce_slice_ms must be between 1 and nonce_retention_ms".into());
+        }
+        let filter = SlicedBloomConfig {
+            expected_rps: st.expected_rps.max(1),
+            slice_ms: slice.max(1),
+            retention_ms: retention,
+            max_window_ms: max_window,
+            target_fp: st.target_fp,
+        };
+        if st.nonce_mode == NonceMode::Bloom
+            && st.target_fp > 0.0
+            && filter.memory_bytes() > 16 * 1024 * 1024 * 1024
+        {
+            errs.push(format!(
+                "the nonce filter would need {} MiB (expected_rps × retention); lower expected_rps or \
+                 the windows",
+                filter.memory_bytes() / (1024 * 1024)
+            ));
+        }
+
+        if self.fingerprint.window_ms < 0 {
+            errs.push("fingerprint.window_ms must be ≥ 0 (0 disables)".into());
+        }
+        for (i, r) in self.routes.iter().enumerate() {
+            if !r.path.starts_with('/') {
+                errs.push(format!("routes[{i}]: path must start with '/'"));
+            }
+            if r.dedup_window_ms.is_some_and(|w| w < 0) {
+                errs.push(format!("routes[{i}]: dedup_window_ms must be ≥ 0"));
+            }
+            if let Some(app) = &r.app {
+                if !self.apps.iter().any(|a| &a.id == app) {
+                    errs.push(format!("routes[{i}]: unknown app {app:?}"));
+                }
+            }
+        }
+
+        let dl = &self.decision_log;
+        if dl.clickhouse_url.is_some() {
+            errs.push(
+                "decision_log.clickhouse_url: the ClickHouse sink is not available in this build \
+                 yet; remove the key to use the embedded local log"
+                    .into(),
+            );
+        }
+        if dl.max_file_bytes < 4096 {
+            errs.push("decision_log.max_file_bytes must be at least 4096".into());
+        }
+        if dl.max_files == 0 || dl.queue_size == 0 {
+            errs.push("decision_log.max_files and queue_size must be at least 1".into());
+        }
+        if let Some(dir) = &self.rules.dir {
+            if !dir.is_dir() {
+                errs.push(format!("rules.dir {} is not a directory", dir.display()));
+            }
+        }
+        if !["json", "text"].contains(&self.log.format.as_str()) {
+            errs.push("log.format must be \"json\" or \"text\"".into());
+        }
+
+        if !errs.is_empty() {
+            return Err(ConfigError::Invalid(errs));
+        }
+        Ok(Validated {
+            raw: self.clone(),
+            listen: listen.expect("checked"),
+            apps,
+            filter,
+            retention_ms: retention,
+        })
+    }
+}
+
+impl Validated {
+    pub fn engine_settings(&self) -> EngineSettings {
+        let c = &self.raw;
+        let upper = |v: &Vec<String>| v.iter().map(|m| m.to_ascii_uppercase()).collect();
+        let default_dedup = DedupPolicy {
+            window_ms: c.fingerprint.window_ms,
+            methods: upper(&c.fingerprint.methods),
+            volatile_fields: c.fingerprint.volatile_fields.clone(),
+        };
+        EngineSettings {
+            apps: self
+                .apps
+                .iter()
+                .map(|(id, secret, w)| AppPolicy::new(id.clone(), secret, *w))
+                .collect(),
+            routes: c
+                .routes
+                .iter()
+                .map(|r| RoutePolicy {
+                    app: r.app.clone(),
+                    path: r.path.clone(),
+                    dedup: DedupPolicy {
+                        window_ms: r.dedup_window_ms.unwrap_or(default_dedup.window_ms),
+                        methods: r
+                            .methods
+                            .as_ref()
+                            .map(upper)
+                            .unwrap_or_else(|| default_dedup.methods.clone()),
+                        volatile_fields: r
+                            .volatile_fields
+                            .clone()
+                            .unwrap_or_else(|| default_dedup.volatile_fields.clone()),
+                    },
+                })
+                .collect(),
+            default_dedup,
+            on_store_error: match c.state.on_store_error {
+                OnStoreError::Deny => FailPolicy::Deny,
+                OnStoreError::Allow => FailPolicy::Allow,
+            },
+            challenge_status: c.server.challenge_status,
+        }
+    }
+}
+
+fn apply_env(
+    table: &mut toml::Table,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<(), ConfigError> {
+    let mut errs = Vec::new();
+    for (k, v) in env {
+        let Some(rest) = k.strip_prefix("RAMPART_") else {
+            continue;
+        };
+        if NOT_OVERRIDES.contains(&k.as_str()) {
+            continue;
+        }
+        let lower = rest.to_ascii_lowercase();
+        let Some(section) = SECTIONS
+            .iter()
+            .find(|s| lower.starts_with(&format!("{s}_")))
+        else {
+            errs.push(format!(
+                "environment variable {k}: not RAMPART_<SECTION>_<KEY> with a section among {}",
+                SECTIONS.join(", ")
+            ));
+            continue;
+        };
+        let key = &lower[section.len() + 1..];
+        let value = parse_scalar(&v);
+        let entry = table
+            .entry(section.to_string())
+            .or_insert_with(|| toml::Value::Table(Default::default()));
+        match entry.as_table_mut() {
+            Some(t) => {
+                t.insert(key.to_string(), value);
+            }
+            None => errs.push(format!("environment variable {k}: [{section}] is not a table")),
+        }
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(errs))
+    }
+}
+
+/// An override's value: a TOML scalar or array when it parses as one, else a string.
+fn parse_scalar(v: &str) -> toml::Value {
+    let wrapped = format!("x = {v}");
+    match wrapped.parse::<toml::Table>() {
+        Ok(mut t) => t.remove("x").unwrap_or_else(|| toml::Value::String(v.into())),
+        Err(_) => toml::Value::String(v.to_string()),
+    }
+}
+
+/// The embedded defaults as TOML (so the environment overrides apply to them the same way).
+#[derive(serde::Serialize)]
+struct EmbeddedToml {
+    apps: Vec<toml::Table>,
+}
+
+impl From<Config> for EmbeddedToml {
+    fn from(c: Config) -> Self {
+        EmbeddedToml {
+            apps: c
+                .apps
+                .into_iter()
+                .map(|a| {
+                    let mut t = toml::Table::new();
+                    t.insert("id".into(), a.id.into());
+                    if let Some(s) = a.secret {
+                        t.insert("secret".into(), s.into());
+                    }
+                    t.insert("window_ms".into(), a.window_ms.into());
+                    t
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let dir = std::env::temp_dir().join(format!("rampart-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(format!("{}.toml", xxhash_seed(text)));
+        std::fs::write(&p, text).unwrap();
+        Config::load_with_env(
+            Some(&p),
+            env.iter().map(|(a, b)| (a.to_string(), b.to_string())),
+        )
+    }
+
+    fn xxhash_seed(s: &str) -> u64 {
+        s.bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64))
+    }
+
+    #[test]
+    fn embedded_defaults_validate() {
+        let v = Config::load_with_env(None, std::iter::empty())
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(v.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(v.apps[0].0, "demo");
+        assert_eq!(v.retention_ms, 60_000);
+    }
+
+    #[test]
+    fn retention_shorter_than_acceptance_span_is_refused_with_reason() {
+        let c = load(
+            "[[apps]]\nid='a'\nsecret='s'\nwindow_ms=3000\n[state]\nnonce_retention_ms=5000\n",
+            &[],
+        )
+        .unwrap();
+        let msg = c.validate().unwrap_err().to_string();
+        assert!(msg.contains("shorter than the acceptance span"), "{msg}");
+        assert!(msg.contains("6000"), "{msg}");
+    }
+
+    #[test]
+    fn env_overrides_apply_and_typos_are_refused() {
+        let c = load(
+            "[[apps]]\nid='a'\nsecret='s'\n",
+            &[
+                ("RAMPART_SERVER_LISTEN", "127.0.0.1:9999"),
+                ("RAMPART_STATE_NONCE_MODE", "exact"),
+                ("RAMPART_STATE_EXPECTED_RPS", "5000"),
+                ("RAMPART_DECISION_LOG_DIR", "/tmp/x"),
+                ("RAMPART_CONFIG", "ignored"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.server.listen, "127.0.0.1:9999");
+        assert_eq!(c.state.nonce_mode, NonceMode::Exact);
+        assert_eq!(c.state.expected_rps, 5000);
+        assert_eq!(c.decision_log.dir, PathBuf::from("/tmp/x"));
+        assert!(load("[[apps]]\nid='a'\nsecret='s'\n", &[("RAMPART_STATE_NONCE_MOD", "x")]).is_err());
+        assert!(load("[[apps]]\nid='a'\nsecret='s'\n", &[("RAMPART_BOGUS", "x")]).is_err());
+        assert!(load("[server]\nlisten_typo = 1\n", &[]).is_err());
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let c = load(
+            "[server]\nlisten='nope'\nchallenge_status=500\n[[apps]]\nid='a'\n[[apps]]\nid='a'\nsecret='x'\nwindow_ms=0\n",
+            &[],
+        )
+        .unwrap();
+        let msg = c.validate().unwrap_err().to_string();
+        for needle in ["server.listen", "challenge_status", "secret or secret_env", "duplicate app id", "window_ms"] {
+            assert!(msg.contains(needle), "{needle} missing in {msg}");
+        }
+    }
+
+    #[test]
+    fn debug_output_redacts_secrets() {
+        let c = Config::embedded();
+        assert!(!format!("{c:?}").contains(DEMO_SECRET));
+    }
+}

@@ -1,0 +1,273 @@
+//! The embedded decision log: append-only JSON-lines files rotated by size, written by one
+//! background thread fed through a bounded queue, plus an in-memory ring of recent decisions.
+//!
+//! The decision path only does a non-blocking `try_send`: a full queue drops the row and counts it
+//! (`rampart_decision_log_rows_dropped_total`) rather than slowing decisions. On shutdown the queue
+//! is drained before the process exits.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rampart_core::model::{Action, Code, Reason, ShadowHit};
+use serde::Serialize;
+
+use crate::config::DecisionLogConfig;
+use crate::metrics::Metrics;
+
+/// One row of the decision log (the same fields the ClickHouse table will hold).
+#[derive(Debug, Clone, Serialize)]
+pub struct DecisionRecord {
+    pub time_ms: i64,
+    pub decision_id: String,
+    pub app: String,
+    pub method: String,
+    pub route: String,
+    pub user: Option<String>,
+    pub ip: Option<String>,
+    pub device_id: Option<String>,
+    pub country: Option<String>,
+    pub isp: Option<String>,
+    pub device_type: Option<String>,
+    pub user_agent: Option<String>,
+    pub ja3: Option<String>,
+    pub tier: Option<&'static str>,
+    pub rule: Option<String>,
+    pub action: Action,
+    pub code: Code,
+    pub status: u16,
+    pub reasons: Vec<Reason>,
+    pub shadow: Vec<ShadowHit>,
+    pub ruleset_version: String,
+    pub arm: &'static str,
+    pub latency_us: u64,
+    pub degraded: bool,
+    pub instance: Arc<str>,
+}
+
+enum Msg {
+    Row(Box<DecisionRecord>),
+    Flush(SyncSender<()>),
+    Stop,
+}
+
+pub struct DecisionLog {
+    tx: SyncSender<Msg>,
+    ring: Arc<Mutex<VecDeque<DecisionRecord>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    submitted: AtomicU64,
+    metrics: Arc<Metrics>,
+}
+
+impl DecisionLog {
+    pub fn start(cfg: &DecisionLogConfig, metrics: Arc<Metrics>) -> std::io::Result<Self> {
+        std::fs::create_dir_all(&cfg.dir)?;
+        let (tx, rx) = sync_channel(cfg.queue_size);
+        let ring = Arc::new(Mutex::new(VecDeque::with_capacity(cfg.ring_size)));
+        let mut w = Writer {
+            dir: cfg.dir.clone(),
+            max_file_bytes: cfg.max_file_bytes,
+            max_files: cfg.max_files,
+            ring_size: cfg.ring_size,
+            ring: ring.clone(),
+            metrics: metrics.clone(),
+            file: None,
+            file_bytes: 0,
+            seq: 0,
+        };
+        // Fail at start (not later) when the directory is not writable.
+        w.open_next()?;
+        let writer = std::thread::Builder::new()
+            .name("decision-log".into())
+            .spawn(move || w.run(rx))?;
+        Ok(DecisionLog {
+            tx,
+            ring,
+            writer: Mutex::new(Some(writer)),
+            submitted: AtomicU64::new(0),
+            metrics,
+        })
+    }
+
+    /// Queues a row without blocking; a full queue drops it and counts the drop.
+    pub fn submit(&self, rec: DecisionRecord) {
+        self.submitted.fetch_add(1, Ordering::Relaxed);
+        match self.tx.try_send(Msg::Row(Box::new(rec))) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.metrics.log_dropped.inc();
+            }
+        }
+    }
+
+    /// The newest `limit` decisions, newest first.
+    pub fn recent(&self, limit: usize) -> Vec<DecisionRecord> {
+        let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        ring.iter().rev().take(limit).cloned().collect()
+    }
+
+    /// Waits until every row queued so far is written and flushed.
+    pub fn flush(&self) {
+        let (tx, rx) = sync_channel(1);
+        if self.tx.send(Msg::Flush(tx)).is_ok() {
+            let _ = rx.recv_timeout(Duration::from_secs(10));
+        }
+    }
+
+    /// Drains the queue and stops the writer.
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Msg::Stop);
+        if let Some(h) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = h.join();
+        }
+    }
+
+    pub fn queue_depth(&self) -> u64 {
+        self.submitted
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.metrics.log_written.get())
+            .saturating_sub(self.metrics.log_dropped.get())
+    }
+}
+
+struct Writer {
+    dir: PathBuf,
+    max_file_bytes: u64,
+    max_files: usize,
+    ring_size: usize,
+    ring: Arc<Mutex<VecDeque<DecisionRecord>>>,
+    metrics: Arc<Metrics>,
+    file: Option<BufWriter<File>>,
+    file_bytes: u64,
+    seq: u64,
+}
+
+impl Writer {
+    fn run(&mut self, rx: Receiver<Msg>) {
+        let mut batch: Vec<Box<DecisionRecord>> = Vec::with_capacity(1024);
+        loop {
+            let first = rx.recv_timeout(Duration::from_millis(100));
+            let mut stop = false;
+            let mut acks = Vec::new();
+            let mut take = |m: Msg, batch: &mut Vec<Box<DecisionRecord>>, stop: &mut bool| match m {
+                Msg::Row(r) => batch.push(r),
+                Msg::Flush(a) => acks.push(a),
+                Msg::Stop => *stop = true,
+            };
+            match first {
+                Ok(m) => take(m, &mut batch, &mut stop),
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => stop = true,
+            }
+            // Drain what is already queued (bounded batch), without waiting.
+            while batch.len() < 4096 && !stop {
+                match rx.try_recv() {
+                    Ok(m) => take(m, &mut batch, &mut stop),
+                    Err(_) => break,
+                }
+            }
+            if stop {
+                while let Ok(m) = rx.try_recv() {
+                    let mut ignore = false;
+                    take(m, &mut batch, &mut ignore);
+                }
+            }
+            self.write_batch(&mut batch);
+            for a in acks {
+                let _ = a.send(());
+            }
+            if stop {
+                if let Some(f) = self.file.as_mut() {
+                    let _ = f.flush();
+                }
+                return;
+            }
+        }
+    }
+
+    fn write_batch(&mut self, batch: &mut Vec<Box<DecisionRecord>>) {
+        if batch.is_empty() {
+            return;
+        }
+        let mut line = Vec::with_capacity(512);
+        for rec in batch.iter() {
+            line.clear();
+            if serde_json::to_writer(&mut line, rec.as_ref()).is_err() {
+                self.metrics.log_write_errors.inc();
+                continue;
+            }
+            line.push(b'\n');
+            if self.file_bytes + line.len() as u64 > self.max_file_bytes && self.file_bytes > 0 {
+                if let Err(e) = self.open_next() {
+                    tracing::error!(error = %e, "decision log: cannot rotate");
+                }
+            }
+            match self.file.as_mut().map(|f| f.write_all(&line)) {
+                Some(Ok(())) => {
+                    self.file_bytes += line.len() as u64;
+                    self.metrics.log_written.inc();
+                }
+                _ => {
+                    self.metrics.log_write_errors.inc();
+                }
+            }
+        }
+        if let Some(f) = self.file.as_mut() {
+            if f.flush().is_err() {
+                self.metrics.log_write_errors.inc();
+            }
+        }
+        let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        for rec in batch.drain(..) {
+            if ring.len() >= self.ring_size {
+                ring.pop_front();
+            }
+            if self.ring_size > 0 {
+                ring.push_back(*rec);
+            }
+        }
+    }
+
+    fn open_next(&mut self) -> std::io::Result<()> {
+        if let Some(mut f) = self.file.take() {
+            f.flush()?;
+        }
+        let now = crate::clock::now_ms();
+        self.seq += 1;
+        let path = self
+            .dir
+            .join(format!("decisions-{now:013}-{:06}.jsonl", self.seq));
+        let f = OpenOptions::new().create(true).append(true).open(&path)?;
+        self.file = Some(BufWriter::with_capacity(256 * 1024, f));
+        self.file_bytes = 0;
+        prune(&self.dir, self.max_files);
+        Ok(())
+    }
+}
+
+/// Keeps the newest `keep` log files.
+fn prune(dir: &Path, keep: usize) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut files: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("decisions-") && n.ends_with(".jsonl"))
+        })
+        .collect();
+    files.sort();
+    if files.len() > keep {
+        for p in &files[..files.len() - keep] {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! The Rampart engine server: configuration, HTTP API (actix-web), metrics, decision log and CLI.
+//! The decision path itself lives in `rampart-core`.
+
+pub mod api;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod declog;
+pub mod metrics;
+pub mod runtime;
+
+pub use runtime::Runtime;

@@ -1,0 +1,268 @@
+//! Prometheus metrics (text exposition at `GET /metrics`). Names and labels are documented in
+//! `docs/operations.md`. Hot-path counters are resolved once at start-up into arrays indexed by
+//! enum, so recording a decision is a few relaxed atomic adds, no label lookup.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use rampart_core::model::{Action, Code, Step};
+use rampart_core::nonce::NonceStats;
+use rampart_core::Verdict;
+
+type Labels = Vec<(&'static str, &'static str)>;
+
+pub struct Metrics {
+    registry: Registry,
+    decisions_family: Family<Labels, Counter>,
+    /// [step][action][code]; `None` for combinations resolved on first use (rule tiers).
+    decisions: Vec<Option<Counter>>,
+    step_rejections: Vec<Counter>,
+    tier_evaluations: Vec<Counter>,
+    latency: Histogram,
+    degraded: Counter,
+    api_errors: Family<Labels, Counter>,
+    pub log_written: Counter,
+    pub log_dropped: Counter,
+    pub log_queue_depth: Gauge,
+    pub log_write_errors: Counter,
+    filter_fill: Gauge<f64, AtomicU64>,
+    filter_fp: Gauge<f64, AtomicU64>,
+    filter_entries: Gauge<f64, AtomicU64>,
+    filter_memory: Gauge,
+    filter_overloaded: Gauge,
+    filter_overload_events: Counter,
+}
+
+fn idx(step: Step, action: Action, code: Code) -> usize {
+    let s = Step::ALL.iter().position(|x| *x == step).unwrap_or(0);
+    let a = Action::ALL.iter().position(|x| *x == action).unwrap_or(0);
+    let c = Code::ALL.iter().position(|x| *x == code).unwrap_or(0);
+    (s * Action::ALL.len() + a) * Code::ALL.len() + c
+}
+
+impl Metrics {
+    pub fn new(nonce_mode: &'static str) -> Self {
+        let mut registry = Registry::with_prefix("rampart");
+
+        let decisions_family = Family::<Labels, Counter>::default();
+        registry.register(
+            "decisions",
+            "Decisions by action, code and the step (tier) that decided",
+            decisions_family.clone(),
+        );
+        let mut decisions = Vec::new();
+        for step in Step::ALL {
+            for action in Action::ALL {
+                for code in Code::ALL {
+                    // Materialise only the combinations that can occur, so /metrics stays small,
+                    // but keep a handle for every index.
+                    let labels = vec![
+                        ("action", action.as_str()),
+                        ("code", code.as_str()),
+                        ("step", step.as_str()),
+                    ];
+                    decisions.push(
+                        plausible(step, action, code)
+                            .then(|| decisions_family.get_or_create(&labels).clone()),
+                    );
+                }
+            }
+        }
+
+        let rejections_family = Family::<Labels, Counter>::default();
+        registry.register(
+            "step_rejections",
+            "Requests stopped at each step of the decision path (DESIGN §1 order)",
+            rejections_family.clone(),
+        );
+        let step_rejections = Step::ALL
+            .iter()
+            .map(|s| rejections_family.get_or_create(&vec![("step", s.as_str())]).clone())
+            .collect();
+
+        let tiers_family = Family::<Labels, Counter>::default();
+        registry.register(
+            "tier_evaluations",
+            "Rule tier evaluations",
+            tiers_family.clone(),
+        );
+        let tier_evaluations = ["edge", "gateway", "business"]
+            .iter()
+            .map(|t| tiers_family.get_or_create(&vec![("tier", *t)]).clone())
+            .collect();
+
+        let latency = Histogram::new(
+            [
+                5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3,
+            ]
+            .into_iter(),
+        );
+        registry.register(
+            "decision_latency_seconds",
+            "Time to decide, from request body received to answer built",
+            latency.clone(),
+        );
+        let degraded = Counter::default();
+        registry.register(
+            "degraded_decisions",
+            "Decisions let through by on_store_error = allow while a store failed",
+            degraded.clone(),
+        );
+        let api_errors = Family::<Labels, Counter>::default();
+        registry.register(
+            "api_errors",
+            "API calls refused with a 4xx error envelope, by code",
+            api_errors.clone(),
+        );
+
+        let log_written = Counter::default();
+        let log_dropped = Counter::default();
+        let log_queue_depth = Gauge::default();
+        let log_write_errors = Counter::default();
+        registry.register("decision_log_rows_written", "Decision log rows written", log_written.clone());
+        registry.register(
+            "decision_log_rows_dropped",
+            "Decision log rows dropped because the queue was full",
+            log_dropped.clone(),
+        );
+        registry.register("decision_log_queue_depth", "Rows waiting to be written", log_queue_depth.clone());
+        registry.register(
+            "decision_log_write_errors",
+            "Failed writes to the local decision log",
+            log_write_errors.clone(),
+        );
+
+        let nonce = registry.sub_registry_with_label(("mode".into(), nonce_mode.into()));
+        let filter_fill = Gauge::<f64, AtomicU64>::default();
+        let filter_fp = Gauge::<f64, AtomicU64>::default();
+        let filter_entries = Gauge::<f64, AtomicU64>::default();
+        let filter_memory = Gauge::default();
+        let filter_overloaded = Gauge::default();
+        let filter_overload_events = Counter::default();
+        nonce.register("nonce_filter_fill_ratio", "Fraction of bits set in the fullest live slice", filter_fill.clone());
+        nonce.register(
+            "nonce_filter_estimated_fp",
+            "Estimated false-positive rate of a nonce check right now",
+            filter_fp.clone(),
+        );
+        nonce.register("nonce_filter_entries", "Estimated entries in the fullest live slice", filter_entries.clone());
+        nonce.register("nonce_filter_memory_bytes", "Memory of the nonce store", filter_memory.clone());
+        nonce.register(
+            "nonce_filter_overloaded",
+            "1 while the load exceeds what the filter was sized for",
+            filter_overloaded.clone(),
+        );
+        nonce.register(
+            "nonce_filter_overload_events",
+            "Times the filter was seen over its design load",
+            filter_overload_events.clone(),
+        );
+
+        let info = Family::<Labels, Gauge>::default();
+        registry.register("build_info", "Build information", info.clone());
+        info.get_or_create(&vec![("version", env!("CARGO_PKG_VERSION"))]).set(1);
+
+        Metrics {
+            registry,
+            decisions_family,
+            decisions,
+            step_rejections,
+            tier_evaluations,
+            latency,
+            degraded,
+            api_errors,
+            log_written,
+            log_dropped,
+            log_queue_depth,
+            log_write_errors,
+            filter_fill,
+            filter_fp,
+            filter_entries,
+            filter_memory,
+            filter_overloaded,
+            filter_overload_events,
+        }
+    }
+
+    pub fn record(&self, v: &Verdict, latency_s: f64) {
+        match &self.decisions[idx(v.step, v.action, v.code)] {
+            Some(c) => {
+                c.inc();
+            }
+            None => {
+                self.decisions_family
+                    .get_or_create(&vec![
+                        ("action", v.action.as_str()),
+                        ("code", v.code.as_str()),
+                        ("step", v.step.as_str()),
+                    ])
+                    .inc();
+            }
+        }
+        if v.step != Step::Final {
+            let s = Step::ALL.iter().position(|x| *x == v.step).unwrap_or(0);
+            self.step_rejections[s].inc();
+        }
+        // Which tiers ran: edge always; gateway and business once the anti-replay steps passed.
+        self.tier_evaluations[0].inc();
+        if matches!(v.step, Step::Gateway | Step::Business | Step::Final) {
+            self.tier_evaluations[1].inc();
+        }
+        if matches!(v.step, Step::Business | Step::Final) {
+            self.tier_evaluations[2].inc();
+        }
+        if v.degraded {
+            self.degraded.inc();
+        }
+        self.latency.observe(latency_s);
+    }
+
+    pub fn api_error(&self, code: &'static str) {
+        self.api_errors.get_or_create(&vec![("code", code)]).inc();
+    }
+
+    /// Updates the nonce-filter gauges; returns true when the filter just became overloaded.
+    pub fn update_nonce(&self, s: &NonceStats) -> bool {
+        self.filter_fill.set(s.fill_ratio);
+        self.filter_fp.set(s.estimated_fp);
+        self.filter_entries.set(s.entries);
+        self.filter_memory.set(s.memory_bytes as i64);
+        let was = self.filter_overloaded.get() == 1;
+        self.filter_overloaded.set(s.overloaded as i64);
+        if s.overloaded && !was {
+            self.filter_overload_events.inc();
+            return true;
+        }
+        false
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Which (step, action, code) combinations the decision path can produce today.
+fn plausible(step: Step, action: Action, code: Code) -> bool {
+    match step {
+        Step::Signature => action == Action::Deny && matches!(code, Code::SignatureMissing | Code::SignatureInvalid),
+        Step::Window => action == Action::Deny && code == Code::TimestampSkew,
+        Step::Nonce => {
+            action == Action::Deny
+                && matches!(
+                    code,
+                    Code::NonceInvalid | Code::ReplayDuplicate | Code::StoreUnavailable | Code::TimestampSkew
+                )
+        }
+        Step::Fingerprint => action == Action::Deny && matches!(code, Code::DuplicateSubmission | Code::StoreUnavailable),
+        Step::Final => action == Action::Allow && code == Code::Ok,
+        Step::Edge | Step::Gateway | Step::Business => false,
+    }
+}

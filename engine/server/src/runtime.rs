@@ -1,0 +1,201 @@
+//! Everything a running engine holds: the decision path with its stores, metrics, the decision log,
+//! and the maintenance thread that rotates the nonce filter and watches its load.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rampart_core::engine::NoRules;
+use rampart_core::fingerprint::LocalFingerprintStore;
+use rampart_core::nonce::{BloomNonceStore, ExactNonceStore, NonceStore};
+use rampart_core::Engine;
+
+use crate::clock::now_ms;
+use crate::config::{NonceMode, Validated};
+use crate::declog::DecisionLog;
+use crate::metrics::Metrics;
+
+/// Limits applied by the HTTP layer.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub max_batch_body_bytes: usize,
+    pub max_batch_items: usize,
+}
+
+/// Decision ids: UUIDv7 layout (48-bit Unix ms, then random bits from a per-process seed mixed
+/// with a counter), so ids sort by time and never repeat within a process.
+pub struct IdGen {
+    seed: u64,
+    counter: AtomicU64,
+}
+
+impl IdGen {
+    pub fn new() -> Self {
+        let mut b = [0u8; 8];
+        let _ = getrandom::getrandom(&mut b);
+        IdGen {
+            seed: u64::from_le_bytes(b),
+            counter: AtomicU64::new(0),
+        }
+    }
+
+    pub fn next(&self, now_ms: i64) -> String {
+        let c = self.counter.fetch_add(1, Ordering::Relaxed);
+        let r = splitmix(self.seed ^ c);
+        let hi = ((now_ms as u64 & 0xffff_ffff_ffff) << 16) | 0x7000 | ((self.seed >> 52) & 0x0fff);
+        let lo = (0b10u64 << 62) | (r >> 2);
+        let v = ((hi as u128) << 64) | lo as u128;
+        let h = format!("{v:032x}");
+        format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    }
+}
+
+impl Default for IdGen {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+pub struct Runtime {
+    pub engine: Engine,
+    pub metrics: Arc<Metrics>,
+    pub log: DecisionLog,
+    pub limits: Limits,
+    pub instance: Arc<str>,
+    pub ids: IdGen,
+    pub ready: AtomicBool,
+    pub config: Validated,
+    stop: AtomicBool,
+    maintenance: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Why the engine could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("decision log directory {dir}: {err}")]
+    DecisionLog { dir: String, err: std::io::Error },
+}
+
+impl Runtime {
+    /// Builds the stores and the decision path from a validated configuration.
+    pub fn build(cfg: Validated) -> Result<Arc<Runtime>, StartError> {
+        let st = &cfg.raw.state;
+        let nonces: Arc<dyn NonceStore> = match st.nonce_mode {
+            NonceMode::Bloom => {
+                let mut seed = [0u8; 8];
+                let _ = getrandom::getrandom(&mut seed);
+                Arc::new(BloomNonceStore::new(cfg.filter, u64::from_le_bytes(seed)))
+            }
+            NonceMode::Exact => Arc::new(ExactNonceStore::new(cfg.retention_ms, st.exact_max_entries)),
+        };
+        let mode = match st.nonce_mode {
+            NonceMode::Bloom => "bloom",
+            NonceMode::Exact => "exact",
+        };
+        let fingerprints = Arc::new(LocalFingerprintStore::new(st.fingerprint_max_entries));
+        let engine = Engine::new(cfg.engine_settings(), nonces, fingerprints, Arc::new(NoRules));
+        let metrics = Arc::new(Metrics::new(mode));
+        let log = DecisionLog::start(&cfg.raw.decision_log, metrics.clone()).map_err(|err| {
+            StartError::DecisionLog {
+                dir: cfg.raw.decision_log.dir.display().to_string(),
+                err,
+            }
+        })?;
+        let instance: Arc<str> = if cfg.raw.server.instance.is_empty() {
+            host_name().into()
+        } else {
+            cfg.raw.server.instance.as_str().into()
+        };
+        let s = &cfg.raw.server;
+        let limits = Limits {
+            max_body_bytes: s.max_body_bytes,
+            max_batch_body_bytes: s.max_batch_body_bytes,
+            max_batch_items: s.max_batch_items,
+        };
+        let rt = Arc::new(Runtime {
+            engine,
+            metrics,
+            log,
+            limits,
+            instance,
+            ids: IdGen::new(),
+            ready: AtomicBool::new(false),
+            config: cfg,
+            stop: AtomicBool::new(false),
+            maintenance: Mutex::new(None),
+        });
+        rt.engine.maintain(now_ms());
+        rt.refresh_gauges();
+        Ok(rt)
+    }
+
+    /// Starts the maintenance thread and marks the engine ready.
+    pub fn start_background(self: &Arc<Self>) {
+        let rt = self.clone();
+        let tick = Duration::from_millis((self.config.filter.slice_ms / 4).clamp(5, 250) as u64);
+        let handle = std::thread::Builder::new()
+            .name("maintenance".into())
+            .spawn(move || {
+                let mut last_stats = std::time::Instant::now();
+                while !rt.stop.load(Ordering::Acquire) {
+                    rt.engine.maintain(now_ms());
+                    if last_stats.elapsed() >= Duration::from_secs(1) {
+                        rt.refresh_gauges();
+                        last_stats = std::time::Instant::now();
+                    }
+                    std::thread::sleep(tick);
+                }
+            })
+            .expect("spawn maintenance thread");
+        *self.maintenance.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// Recomputes the gauges and says loudly when the nonce filter is over its design load.
+    pub fn refresh_gauges(&self) {
+        let stats = self.engine.nonce_store().stats(now_ms());
+        if self.metrics.update_nonce(&stats) {
+            tracing::warn!(
+                entries = stats.entries,
+                fill_ratio = stats.fill_ratio,
+                estimated_fp = stats.estimated_fp,
+                expected_rps = self.config.raw.state.expected_rps,
+                "nonce filter load exceeds its design: false positives (false kills) will rise above \
+                 state.target_fp; raise state.expected_rps"
+            );
+        }
+        self.metrics.log_queue_depth.set(self.log.queue_depth() as i64);
+    }
+
+    /// Stops the background work and drains the decision log.
+    pub fn shutdown(&self) {
+        self.ready.store(false, Ordering::Release);
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.maintenance.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = h.join();
+        }
+        self.log.shutdown();
+    }
+}
+
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| format!("rampart-{}", std::process::id()))
+}
