@@ -1,0 +1,290 @@
+//! Contract v1 through the real actix handler stack (in process, no mocks): answers, error
+//! envelopes for bad input, batch order, metrics, readiness, recent decisions and the local log.
+
+use std::sync::Arc;
+
+use actix_web::{test, App};
+use rampart::config::Config;
+use rampart::Runtime;
+use rampart_core::sign::{sign, ToSign};
+use serde_json::{json, Value};
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "rampart-api-{tag}-{}-{}",
+        std::process::id(),
+        rampart::clock::now_ms()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn runtime(tag: &str, extra: &str) -> Arc<Runtime> {
+    let dir = temp_dir(tag);
+    let path = dir.join("rampart.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[apps]]\nid = \"shop\"\nsecret = \"s3cret\"\nwindow_ms = 5000\n\
+             [state]\nexpected_rps = 10000\n\
+             [decision_log]\ndir = \"{}\"\n{extra}",
+            dir.join("log").display()
+        ),
+    )
+    .unwrap();
+    let v = Config::load_with_env(Some(&path), std::iter::empty())
+        .unwrap()
+        .validate()
+        .unwrap();
+    Runtime::build(v).unwrap()
+}
+
+fn signed(nonce: &str, ts: i64, body: &str) -> Value {
+    let h = sign(
+        b"s3cret",
+        &ToSign {
+            app: "shop",
+            method: "POST",
+            path: "/api/coupon/claim",
+            query: "c=SPRING&lang=en",
+            body: body.as_bytes(),
+            timestamp_ms: ts,
+            nonce,
+        },
+    );
+    json!({
+        "app": "shop",
+        "request": {
+            "method": "POST", "path": "/api/coupon/claim", "query": "c=SPRING&lang=en",
+            "headers": {"x-timestamp": h.timestamp, "x-nonce": h.nonce, "x-signature": h.signature},
+            "body": body
+        },
+        "client": {"ip": "203.0.113.7", "country": "DE", "device_type": "mobile"},
+        "user_id": 42
+    })
+}
+
+macro_rules! app {
+    ($rt:expr) => {
+        test::init_service(App::new().configure(rampart::api::configure($rt.clone()))).await
+    };
+}
+
+async fn post(
+    app: &impl actix_web::dev::Service<
+        actix_http::Request,
+        Response = actix_web::dev::ServiceResponse,
+        Error = actix_web::Error,
+    >,
+    path: &str,
+    body: impl Into<Vec<u8>>,
+) -> (u16, Value) {
+    let req = test::TestRequest::post()
+        .uri(path)
+        .insert_header(("content-type", "application/json"))
+        .set_payload(body.into())
+        .to_request();
+    let resp = test::call_service(app, req).await;
+    let status = resp.status().as_u16();
+    let bytes = test::read_body(resp).await;
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[actix_web::test]
+async fn allow_then_replay_with_the_contract_fields() {
+    let rt = runtime("replay", "");
+    let app = app!(rt);
+    let now = rampart::clock::now_ms();
+    let body = signed("coupon-claim-00001", now, r#"{"coupon":"SPRING"}"#).to_string();
+    let (s, d) = post(&app, "/v1/decide", body.clone()).await;
+    assert_eq!(s, 200);
+    assert_eq!(d["action"], "allow");
+    assert_eq!(d["code"], "OK");
+    assert_eq!(d["status"], 200);
+    for k in ["decision_id", "tier", "rule", "reasons", "retry_after_ms", "ruleset", "shadow", "latency_us"] {
+        assert!(d.get(k).is_some(), "missing {k} in {d}");
+    }
+    assert!(d["ruleset"]["version"].is_string() && d["ruleset"]["arm"].is_string());
+    let (s, d) = post(&app, "/v1/decide", body).await;
+    assert_eq!(s, 200);
+    assert_eq!(d["action"], "deny");
+    assert_eq!(d["code"], "REPLAY_DUPLICATE");
+    assert_eq!(d["status"], 409);
+    assert_eq!(d["tier"], "replay");
+}
+
+#[actix_web::test]
+async fn skew_reports_server_time_and_skew() {
+    let rt = runtime("skew", "");
+    let app = app!(rt);
+    let now = rampart::clock::now_ms();
+    let (_, d) = post(&app, "/v1/decide", signed("skewed-request-001", now - 60_000, "").to_string()).await;
+    assert_eq!(d["code"], "TIMESTAMP_SKEW");
+    assert_eq!(d["status"], 401);
+    let skew = d["skew_ms"].as_i64().unwrap();
+    assert!((-61_000..=-59_000).contains(&skew), "{d}");
+    assert!(d["server_time_ms"].as_i64().unwrap() >= now);
+    assert_eq!(d["reasons"][0]["skew_ms"], d["skew_ms"]);
+    assert!(d["reasons"][0]["server_time_ms"].is_i64());
+}
+
+#[actix_web::test]
+async fn bad_input_gets_a_4xx_envelope_never_a_5xx() {
+    let rt = runtime("bad", "");
+    let app = app!(rt);
+    let now = rampart::clock::now_ms();
+    let mut deep = String::new();
+    for _ in 0..300 {
+        deep.push('[');
+    }
+    for _ in 0..300 {
+        deep.push(']');
+    }
+    let mut bad_hash = signed("bad-hash-000000001", now, "");
+    bad_hash["request"]["body"] = Value::Null;
+    bad_hash["request"]["body_sha256"] = json!("not-hex");
+    let mut bad_ip = signed("bad-ip-00000000001", now, "");
+    bad_ip["client"]["ip"] = json!("999.1.1.1");
+    let mut header_type = signed("header-type-000001", now, "");
+    header_type["request"]["headers"]["x-nonce"] = json!(5);
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (b"{\"app\":".to_vec(), 400, "MALFORMED_JSON"),
+        (b"not json at all".to_vec(), 400, "MALFORMED_JSON"),
+        (b"".to_vec(), 400, "MALFORMED_JSON"),
+        (b"{}".to_vec(), 400, "INVALID_FIELD"),
+        (b"{\"app\":5}".to_vec(), 400, "INVALID_FIELD"),
+        (b"[]".to_vec(), 400, "INVALID_FIELD"),
+        (b"{\"app\":\"nope\"}".to_vec(), 404, "UNKNOWN_APP"),
+        (b"{\"app\":\"\"}".to_vec(), 400, "INVALID_FIELD"),
+        (header_type.to_string().into_bytes(), 400, "INVALID_FIELD"),
+        (vec![b'{', 0xff, 0xfe, b'}'], 400, "MALFORMED_JSON"),
+        (b"{\"app\":\"shop\",\"user_id\":\"\xff\xfe\"}".to_vec(), 400, "MALFORMED_JSON"),
+        (format!("{{\"app\":\"shop\",\"params\":{deep}}}").into_bytes(), 400, "JSON_TOO_DEEP"),
+        (vec![b' '; 70 * 1024], 413, "BODY_TOO_LARGE"),
+        (bad_hash.to_string().into_bytes(), 400, "INVALID_FIELD"),
+        (bad_ip.to_string().into_bytes(), 400, "INVALID_FIELD"),
+    ];
+    for (body, status, code) in cases {
+        let shown = String::from_utf8_lossy(&body[..body.len().min(60)]).into_owned();
+        let (s, d) = post(&app, "/v1/decide", body).await;
+        assert_eq!(s, status, "{shown}: {d}");
+        assert_eq!(d["error"]["code"], code, "{shown}: {d}");
+        assert!(d["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+    }
+    // Unknown routes and methods get the envelope too.
+    let resp = test::call_service(&app, test::TestRequest::get().uri("/v2/nothing").to_request()).await;
+    assert_eq!(resp.status().as_u16(), 404);
+    let resp = test::call_service(&app, test::TestRequest::get().uri("/v1/decide").to_request()).await;
+    assert_eq!(resp.status().as_u16(), 405);
+}
+
+#[actix_web::test]
+async fn bad_nonce_is_a_decision_and_does_not_leak_into_replay_codes() {
+    let rt = runtime("nonce", "");
+    let app = app!(rt);
+    let now = rampart::clock::now_ms();
+    for nonce in ["short", "has space in it 0123", &"x".repeat(65), "ünïcode-0123456789"] {
+        let (s, d) = post(&app, "/v1/decide", signed(nonce, now, "").to_string()).await;
+        assert_eq!(s, 200);
+        assert_eq!(d["code"], "NONCE_INVALID", "{nonce}");
+        assert_eq!(d["status"], 400);
+    }
+    let mut unsigned = signed("unsigned-request-01", now, "");
+    unsigned["request"]["headers"] = json!({});
+    let (_, d) = post(&app, "/v1/decide", unsigned.to_string()).await;
+    assert_eq!(d["code"], "SIGNATURE_MISSING");
+    let mut forged = signed("forged-request-0001", now, "{}");
+    forged["request"]["body"] = json!("{\"amount\":1000000}");
+    let (_, d) = post(&app, "/v1/decide", forged.to_string()).await;
+    assert_eq!(d["code"], "SIGNATURE_INVALID");
+    // The forged attempt did not consume the nonce.
+    let (_, d) = post(&app, "/v1/decide", signed("forged-request-0001", now, "{}").to_string()).await;
+    assert_eq!(d["code"], "OK");
+}
+
+#[actix_web::test]
+async fn batch_answers_in_order_with_per_item_errors() {
+    let rt = runtime("batch", "[server]\nmax_batch_items = 4\n");
+    let app = app!(rt);
+    let now = rampart::clock::now_ms();
+    let a = signed("batch-item-0000001", now, "");
+    let other = signed("batch-item-0000002", now, r#"{"coupon":"B"}"#);
+    let batch = json!([a, a, {"app": 7}, other]);
+    let (s, d) = post(&app, "/v1/decide/batch", batch.to_string()).await;
+    assert_eq!(s, 200);
+    let items = d.as_array().unwrap();
+    assert_eq!(items.len(), 4);
+    assert_eq!(items[0]["code"], "OK");
+    assert_eq!(items[1]["code"], "REPLAY_DUPLICATE");
+    assert_eq!(items[2]["error"]["code"], "INVALID_FIELD");
+    assert_eq!(items[3]["code"], "OK");
+    let five = json!([{}, {}, {}, {}, {}]);
+    let (s, d) = post(&app, "/v1/decide/batch", five.to_string()).await;
+    assert_eq!((s, d["error"]["code"].as_str()), (413, Some("BATCH_TOO_LARGE")));
+    let (s, d) = post(&app, "/v1/decide/batch", "{\"app\":\"shop\"}").await;
+    assert_eq!((s, d["error"]["code"].as_str()), (400, Some("INVALID_FIELD")));
+}
+
+#[actix_web::test]
+async fn time_health_ready_metrics_recent_and_log() {
+    let rt = runtime("ops", "");
+    let app = app!(rt);
+    let get = |uri: &str| test::TestRequest::get().uri(uri).to_request();
+
+    let resp = test::call_service(&app, get("/readyz")).await;
+    assert_eq!(resp.status().as_u16(), 503, "not ready before background work starts");
+    rt.start_background();
+    let resp = test::call_service(&app, get("/readyz")).await;
+    assert_eq!(resp.status().as_u16(), 200);
+    let resp = test::call_service(&app, get("/healthz")).await;
+    assert_eq!(resp.status().as_u16(), 200);
+
+    let before = rampart::clock::now_ms();
+    let t: Value = test::call_and_read_body_json(&app, get("/v1/time")).await;
+    let server = t["server_time_ms"].as_i64().unwrap();
+    assert!(server >= before && server <= rampart::clock::now_ms());
+
+    let now = rampart::clock::now_ms();
+    let r = signed("ops-request-000001", now, "");
+    post(&app, "/v1/decide", r.to_string()).await;
+    post(&app, "/v1/decide", r.to_string()).await;
+
+    let text = String::from_utf8(test::call_and_read_body(&app, get("/metrics")).await.to_vec()).unwrap();
+    for needle in [
+        "rampart_decisions_total{action=\"allow\",code=\"OK\",step=\"final\"} 1",
+        "rampart_decisions_total{action=\"deny\",code=\"REPLAY_DUPLICATE\",step=\"nonce\"} 1",
+        "rampart_step_rejections_total{step=\"nonce\"} 1",
+        "rampart_decision_latency_seconds_bucket",
+        "rampart_nonce_filter_fill_ratio{mode=\"bloom\"}",
+        "rampart_nonce_filter_estimated_fp{mode=\"bloom\"}",
+        "rampart_nonce_filter_overloaded{mode=\"bloom\"} 0",
+        "rampart_tier_evaluations_total{tier=\"edge\"} 2",
+    ] {
+        assert!(text.contains(needle), "{needle} not in\n{text}");
+    }
+
+    let local = test::TestRequest::get()
+        .uri("/admin/v1/decisions/recent?limit=10")
+        .peer_addr("127.0.0.1:5555".parse().unwrap())
+        .to_request();
+    rt.log.flush();
+    let recent: Value = test::call_and_read_body_json(&app, local).await;
+    let ds = recent["decisions"].as_array().unwrap();
+    assert_eq!(ds.len(), 2);
+    assert_eq!(ds[0]["code"], "REPLAY_DUPLICATE", "newest first");
+    assert_eq!(ds[1]["user"], "42");
+    let remote = test::TestRequest::get()
+        .uri("/admin/v1/decisions/recent")
+        .peer_addr("192.0.2.1:5555".parse().unwrap())
+        .to_request();
+    assert_eq!(test::call_service(&app, remote).await.status().as_u16(), 403);
+
+    // Every decision is in the local log.
+    rt.shutdown();
+    let dir = &rt.config.raw.decision_log.dir;
+    let rows: usize = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap().lines().count())
+        .sum();
+    assert_eq!(rows, 2);
+}

@@ -1,0 +1,241 @@
+//! The `rampart` binary as users run it: `check`, `sign`, and `serve` end to end over real HTTP.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rampart");
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rampart-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_refuses_retention_shorter_than_the_acceptance_span() {
+    let d = temp_dir("retention");
+    let cfg = write(
+        &d,
+        "c.toml",
+        "[[apps]]\nid='pay'\nsecret='x'\nwindow_ms=3000\n[state]\nnonce_retention_ms=4000\n",
+    );
+    let (code, _, err) = run(&["check", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("shorter than the acceptance span"), "{err}");
+    assert!(err.contains("\"pay\""), "{err}");
+}
+
+#[test]
+fn check_reports_located_problems_and_bad_toml() {
+    let d = temp_dir("toml");
+    let cfg = write(&d, "c.toml", "[[apps]]\nid='a'\nsecret='x'\nwindow_ms = \n");
+    let (code, _, err) = run(&["check", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("line 4"), "{err}");
+    let (code, _, err) = run(&["check", "--config", d.join("missing.toml").to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot read"), "{err}");
+}
+
+#[test]
+fn check_prints_filter_sizing_and_the_seed_scenario_fits_in_64_mb() {
+    let d = temp_dir("seed");
+    let cfg = write(
+        &d,
+        "c.toml",
+        "[[apps]]\nid='sale'\nsecret='x'\nwindow_ms=3000\n[state]\nexpected_rps=2000000\ntarget_fp=1e-6\nnonce_slice_ms=125\n",
+    );
+    let (code, out, err) = run(&["check", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let mib: f64 = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("memory: "))
+        .and_then(|l| l.strip_suffix(" MiB"))
+        .expect(&out)
+        .parse()
+        .unwrap();
+    assert!(mib <= 64.0, "{out}");
+    assert!(out.contains("bits per entry"), "{out}");
+    assert!(out.contains("expected false-positive rate"), "{out}");
+}
+
+#[test]
+fn sign_reproduces_the_contract_test_vector() {
+    let (code, out, _) = run(&[
+        "sign", "--app", "demo", "--secret", "demo-secret", "--method", "POST", "--path",
+        "/api/order/pay", "--query", "b=2&a=1", "--timestamp", "1700000000000", "--nonce",
+        "n0nce-0123456789AB", "--body", r#"{"order":"A1","amount":100}"#,
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains(
+        "x-signature: v1=09ba5cee4392c0a5d0e4ba4b3f783a3ab4a46db1412d55c78a1ff25b30142c33"
+    ));
+    let (code, _, err) = run(&["sign", "--path", "/x"]);
+    assert_eq!(code, 2, "no secret given");
+    assert!(err.contains("--secret"));
+}
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .into()
+}
+
+fn start(cfg: &Path) -> Server {
+    let text = std::fs::read_to_string(cfg).unwrap();
+    let addr = text
+        .lines()
+        .find_map(|l| l.strip_prefix("listen = \""))
+        .unwrap()
+        .trim_end_matches('"')
+        .to_string();
+    let child = Command::new(BIN)
+        .args(["serve", "--config", cfg.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let s = Server {
+        child,
+        base: format!("http://{addr}"),
+    };
+    let a = agent();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(r) = a.get(&format!("{}/readyz", s.base)).call() {
+            if r.status() == 200 {
+                return s;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("server did not become ready");
+}
+
+fn decide(base: &str, body: &str) -> (u16, Value) {
+    let mut r = agent()
+        .post(&format!("{base}/v1/decide"))
+        .header("content-type", "application/json")
+        .send(body)
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.body_mut().read_to_string().unwrap();
+    (status, serde_json::from_str(&text).unwrap())
+}
+
+#[test]
+fn serve_end_to_end_signed_request_then_replay_then_graceful_stop() {
+    let d = temp_dir("serve");
+    let port = free_port();
+    let cfg = write(
+        &d,
+        "c.toml",
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n[[apps]]\nid = \"demo\"\nsecret_env = \"E2E_SECRET_{port}\"\nwindow_ms = 5000\n\
+             [decision_log]\ndir = \"{}\"\n",
+            d.join("log").display()
+        ),
+    );
+    // secret_env is resolved by both the server and `sign --config` (children inherit it).
+    std::env::set_var(format!("E2E_SECRET_{port}"), "e2e-secret");
+
+    let server = start(&cfg);
+    let (code, body, err) = run(&[
+        "sign", "--config", cfg.to_str().unwrap(), "--app", "demo", "--method", "POST", "--path",
+        "/api/order/pay", "--body", r#"{"order":"A1","amount":100}"#, "--user", "u-1", "--format",
+        "decide",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (s, first) = decide(&server.base, &body);
+    assert_eq!((s, first["code"].as_str()), (200, Some("OK")), "{first}");
+    let (_, replay) = decide(&server.base, &body);
+    assert_eq!(replay["code"], "REPLAY_DUPLICATE");
+    assert_eq!(replay["status"], 409);
+
+    // SIGTERM: the server drains the decision log before it exits.
+    let mut server = server;
+    Command::new("kill")
+        .arg(server.child.id().to_string())
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(st) = server.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "server did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    server.child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(!stderr.contains("e2e-secret"), "secrets are never logged");
+    let rows: Vec<Value> = std::fs::read_dir(d.join("log"))
+        .unwrap()
+        .flat_map(|e| {
+            std::fs::read_to_string(e.unwrap().path())
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["decision_id"], first["decision_id"]);
+    assert_eq!(rows[1]["code"], "REPLAY_DUPLICATE");
+}
+
+#[test]
+fn serve_refuses_bad_config_before_binding() {
+    let d = temp_dir("refuse");
+    let port = free_port();
+    let cfg = write(
+        &d,
+        "c.toml",
+        &format!("[server]\nlisten = \"127.0.0.1:{port}\"\n[[apps]]\nid = \"a\"\nwindow_ms = 5000\n"),
+    );
+    let (code, _, err) = run(&["serve", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("secret or secret_env is required"), "{err}");
+    // The port was never bound.
+    assert!(TcpListener::bind(("127.0.0.1", port)).is_ok());
+}
