@@ -235,6 +235,13 @@ impl Engine {
         &self.rules
     }
 
+    /// Best-effort cache warm-up for the nonce step (no state is read or written).
+    fn prefetch_nonce(&self, app: &AppPolicy, ts_raw: &str, nonce: &str) {
+        if let Some(ts) = parse_timestamp(ts_raw) {
+            self.nonces.prefetch(&app.id, nonce, ts);
+        }
+    }
+
     /// Housekeeping of every store.
     pub fn maintain(&self, now_ms: i64) {
         self.nonces.maintain(now_ms);
@@ -362,6 +369,8 @@ impl Engine {
                 ));
             }
         };
+        // Warm the nonce filter's cache line now: the HMAC below takes long enough to hide the miss.
+        self.prefetch_nonce(app, ts_raw, nonce);
         let fields = SignedFields {
             app: &app.id,
             method: &r.method,
@@ -456,14 +465,15 @@ impl Engine {
 
         // 5. Duplicate-submission fingerprint.
         let dedup = self.dedup_policy(&app.id, &r.path);
-        let user = req
-            .user_id
-            .as_deref()
-            .or(req.client.device_id.as_deref())
-            .filter(|u| !u.is_empty());
-        if let Some(user) = user {
+        // Users and devices live in separate namespaces: user "x" is not device "x".
+        let user = match (req.user_id.as_deref(), req.client.device_id.as_deref()) {
+            (Some(u), _) if !u.is_empty() => Some(format!("u:{u}")),
+            (_, Some(d)) if !d.is_empty() => Some(format!("d:{d}")),
+            _ => None,
+        };
+        if let Some(user) = user.as_deref() {
             let method = r.method.to_ascii_uppercase();
-            if dedup.window_ms > 0 && dedup.methods.iter().any(|m| *m == method) {
+            if dedup.window_ms > 0 && dedup.methods.contains(&method) {
                 let params = submission_params(req, &body_hash, &dedup.volatile_fields);
                 let query = canonical_query(&r.query);
                 let fp = fingerprint(&Submission {

@@ -78,6 +78,10 @@ pub trait NonceStore: Send + Sync {
         now_ms: i64,
     ) -> Result<NonceVerdict, StoreError>;
 
+    /// A hint that `(app, nonce)` with `ts_ms` will be checked soon: a store may bring the memory it
+    /// will touch into cache. Must not read or write any record.
+    fn prefetch(&self, _app: &str, _nonce: &str, _ts_ms: i64) {}
+
     /// Periodic housekeeping (rotation, purging). Never required for correctness.
     fn maintain(&self, now_ms: i64);
 
@@ -125,6 +129,11 @@ impl NonceStore for BloomNonceStore {
             Probe::Seen => NonceVerdict::Replay,
             Probe::OutOfRange => NonceVerdict::OutOfRange,
         })
+    }
+
+    fn prefetch(&self, app: &str, nonce: &str, ts_ms: i64) {
+        self.filter
+            .prefetch(self.filter.hash(app_scope(app), nonce.as_bytes()), ts_ms);
     }
 
     fn maintain(&self, now_ms: i64) {

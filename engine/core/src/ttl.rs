@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 const SHARDS: usize = 64;
@@ -21,7 +21,12 @@ pub struct TtlSet<K> {
     hasher: std::collections::hash_map::RandomState,
     len: AtomicUsize,
     max_entries: usize,
+    last_purge: AtomicI64,
 }
+
+/// `purge` scans every entry under each shard's lock; doing it at most this often keeps the scan
+/// off the decision path's back (expired entries are ignored by lookups anyway).
+const PURGE_EVERY_MS: i64 = 1000;
 
 impl<K: Hash + Eq> TtlSet<K> {
     pub fn new(max_entries: usize) -> Self {
@@ -30,6 +35,7 @@ impl<K: Hash + Eq> TtlSet<K> {
             hasher: Default::default(),
             len: AtomicUsize::new(0),
             max_entries,
+            last_purge: AtomicI64::new(i64::MIN),
         }
     }
 
@@ -63,8 +69,17 @@ impl<K: Hash + Eq> TtlSet<K> {
         map.get(key).is_some_and(|exp| *exp > now_ms)
     }
 
-    /// Drops expired entries.
+    /// Drops expired entries, at most once per second (see [`PURGE_EVERY_MS`]).
     pub fn purge(&self, now_ms: i64) {
+        let last = self.last_purge.load(Ordering::Relaxed);
+        if now_ms.saturating_sub(last) < PURGE_EVERY_MS
+            || self
+                .last_purge
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
         for shard in self.shards.iter() {
             let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
             let before = map.len();

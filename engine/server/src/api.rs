@@ -60,13 +60,19 @@ fn json_error(e: serde_json::Error) -> ApiError {
     use serde_json::error::Category;
     let msg = e.to_string();
     if msg.contains("recursion limit") {
-        return ApiError::new(400, "JSON_TOO_DEEP", "JSON nesting is deeper than 128 levels");
+        return ApiError::new(
+            400,
+            "JSON_TOO_DEEP",
+            "JSON nesting is deeper than 128 levels",
+        );
     }
     match e.classify() {
         Category::Data => ApiError::new(400, "INVALID_FIELD", msg),
-        Category::Syntax | Category::Eof | Category::Io => {
-            ApiError::new(400, "MALFORMED_JSON", format!("body is not valid JSON: {msg}"))
-        }
+        Category::Syntax | Category::Eof | Category::Io => ApiError::new(
+            400,
+            "MALFORMED_JSON",
+            format!("body is not valid JSON: {msg}"),
+        ),
     }
 }
 
@@ -123,7 +129,11 @@ async fn read_body(
     }
     match payload.to_bytes_limited(limit).await {
         Ok(Ok(b)) => Ok(b),
-        Ok(Err(e)) => Err(ApiError::new(400, "BAD_BODY", format!("cannot read body: {e}"))),
+        Ok(Err(e)) => Err(ApiError::new(
+            400,
+            "BAD_BODY",
+            format!("cannot read body: {e}"),
+        )),
         Err(_) => {
             rt.metrics.api_error("BODY_TOO_LARGE");
             Err(too_large())
@@ -134,7 +144,10 @@ async fn read_body(
 /// Judges one parsed request, records metrics and the decision log row.
 fn judge(rt: &Runtime, req: &DecideRequest, started: Instant) -> Result<DecisionOut, ApiError> {
     let now = now_ms();
-    let verdict: Verdict = rt.engine.decide(req, now).inspect_err(|e| rt.metrics.api_error(e.code()))?;
+    let verdict: Verdict = rt
+        .engine
+        .decide(req, now)
+        .inspect_err(|e| rt.metrics.api_error(e.code()))?;
     let elapsed = started.elapsed();
     let latency_us = elapsed.as_micros() as u64;
     rt.metrics.record(&verdict, elapsed.as_secs_f64());
@@ -196,6 +209,14 @@ async fn decide(
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&rt, &req, payload, rt.limits.max_body_bytes).await?;
     let started = Instant::now();
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        rt.metrics.api_error("INVALID_FIELD");
+        return Err(ApiError::new(
+            400,
+            "INVALID_FIELD",
+            "the body must be a JSON object (use /v1/decide/batch for arrays)",
+        ));
+    }
     let parsed: DecideRequest = serde_json::from_slice(&body).map_err(|e| {
         let e = json_error(e);
         rt.metrics.api_error(e.code);
@@ -214,9 +235,11 @@ async fn decide_batch(
     let items: Vec<Box<serde_json::value::RawValue>> =
         serde_json::from_slice(&body).map_err(|e| {
             let e = match json_error(e) {
-                e if e.code == "INVALID_FIELD" => {
-                    ApiError::new(400, "INVALID_FIELD", "the batch body must be a JSON array of decide requests")
-                }
+                e if e.code == "INVALID_FIELD" => ApiError::new(
+                    400,
+                    "INVALID_FIELD",
+                    "the batch body must be a JSON array of decide requests",
+                ),
                 e => e,
             };
             rt.metrics.api_error(e.code);
@@ -284,7 +307,10 @@ async fn recent(
     req: HttpRequest,
     q: web::Query<RecentQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let local = req.peer_addr().map(|a| a.ip().is_loopback()).unwrap_or(false);
+    let local = req
+        .peer_addr()
+        .map(|a| a.ip().is_loopback())
+        .unwrap_or(false);
     if !local {
         return Err(ApiError::new(
             403,
@@ -297,8 +323,12 @@ async fn recent(
 }
 
 async fn not_found(req: HttpRequest) -> HttpResponse {
-    ApiError::new(404, "NOT_FOUND", format!("no endpoint {} {}", req.method(), req.path()))
-        .error_response()
+    ApiError::new(
+        404,
+        "NOT_FOUND",
+        format!("no endpoint {} {}", req.method(), req.path()),
+    )
+    .error_response()
 }
 
 async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
@@ -312,6 +342,12 @@ async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
 
 fn query_error(err: actix_web::error::QueryPayloadError, _req: &HttpRequest) -> actix_web::Error {
     ApiError::new(400, "INVALID_FIELD", format!("bad query string: {err}")).into()
+}
+
+fn get_only(path: &str, route: actix_web::Route) -> actix_web::Resource {
+    web::resource(path)
+        .route(route)
+        .default_service(web::to(method_not_allowed))
 }
 
 /// Registers every route on an actix `App`.
@@ -334,10 +370,13 @@ pub fn configure(rt: Arc<Runtime>) -> impl FnOnce(&mut web::ServiceConfig) {
                     .route(web::get().to(time))
                     .default_service(web::to(method_not_allowed)),
             )
-            .route("/healthz", web::get().to(healthz))
-            .route("/readyz", web::get().to(readyz))
-            .route("/metrics", web::get().to(metrics))
-            .route("/admin/v1/decisions/recent", web::get().to(recent))
+            .service(get_only("/healthz", web::get().to(healthz)))
+            .service(get_only("/readyz", web::get().to(readyz)))
+            .service(get_only("/metrics", web::get().to(metrics)))
+            .service(get_only(
+                "/admin/v1/decisions/recent",
+                web::get().to(recent),
+            ))
             .default_service(web::to(not_found));
     }
 }

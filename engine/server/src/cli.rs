@@ -11,7 +11,11 @@ use crate::config::{Config, NonceMode, Validated};
 use crate::runtime::Runtime;
 
 #[derive(Parser)]
-#[command(name = "rampart", version, about = "Rules-driven risk-control engine with an anti-replay core")]
+#[command(
+    name = "rampart",
+    version,
+    about = "Rules-driven risk-control engine with an anti-replay core"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -32,7 +36,7 @@ enum Cmd {
         config: Option<PathBuf>,
     },
     /// Print the anti-replay headers for a request (for integrators, docs and tests).
-    Sign(SignArgs),
+    Sign(Box<SignArgs>),
 }
 
 #[derive(clap::Args)]
@@ -96,7 +100,7 @@ pub fn run() -> ExitCode {
     match cli.cmd {
         Cmd::Serve { config } => serve(config),
         Cmd::Check { config } => check(config),
-        Cmd::Sign(args) => match sign_cmd(args) {
+        Cmd::Sign(args) => match sign_cmd(*args) {
             Ok(out) => {
                 println!("{out}");
                 ExitCode::SUCCESS
@@ -132,7 +136,9 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
         }
     };
     let workers = match v.raw.server.workers {
-        0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        0 => std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
         n => n,
     };
     let rt = match Runtime::build(v) {
@@ -169,7 +175,9 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
 fn init_logging(v: &Validated) {
     let filter = tracing_subscriber::EnvFilter::try_new(&v.raw.log.level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = if v.raw.log.format == "json" {
         builder.json().try_init()
     } else {

@@ -133,6 +133,7 @@ impl DecisionLog {
             .load(Ordering::Relaxed)
             .saturating_sub(self.metrics.log_written.get())
             .saturating_sub(self.metrics.log_dropped.get())
+            .saturating_sub(self.metrics.log_write_errors.get())
     }
 }
 
@@ -150,13 +151,13 @@ struct Writer {
 
 impl Writer {
     fn run(&mut self, rx: Receiver<Msg>) {
-        let mut batch: Vec<Box<DecisionRecord>> = Vec::with_capacity(1024);
+        let mut batch: Vec<DecisionRecord> = Vec::with_capacity(1024);
         loop {
             let first = rx.recv_timeout(Duration::from_millis(100));
             let mut stop = false;
             let mut acks = Vec::new();
-            let mut take = |m: Msg, batch: &mut Vec<Box<DecisionRecord>>, stop: &mut bool| match m {
-                Msg::Row(r) => batch.push(r),
+            let mut take = |m: Msg, batch: &mut Vec<DecisionRecord>, stop: &mut bool| match m {
+                Msg::Row(r) => batch.push(*r),
                 Msg::Flush(a) => acks.push(a),
                 Msg::Stop => *stop = true,
             };
@@ -191,14 +192,14 @@ impl Writer {
         }
     }
 
-    fn write_batch(&mut self, batch: &mut Vec<Box<DecisionRecord>>) {
+    fn write_batch(&mut self, batch: &mut Vec<DecisionRecord>) {
         if batch.is_empty() {
             return;
         }
         let mut line = Vec::with_capacity(512);
         for rec in batch.iter() {
             line.clear();
-            if serde_json::to_writer(&mut line, rec.as_ref()).is_err() {
+            if serde_json::to_writer(&mut line, rec).is_err() {
                 self.metrics.log_write_errors.inc();
                 continue;
             }
@@ -229,7 +230,7 @@ impl Writer {
                 ring.pop_front();
             }
             if self.ring_size > 0 {
-                ring.push_back(*rec);
+                ring.push_back(rec);
             }
         }
     }

@@ -82,7 +82,11 @@ impl Metrics {
         );
         let step_rejections = Step::ALL
             .iter()
-            .map(|s| rejections_family.get_or_create(&vec![("step", s.as_str())]).clone())
+            .map(|s| {
+                rejections_family
+                    .get_or_create(&vec![("step", s.as_str())])
+                    .clone()
+            })
             .collect();
 
         let tiers_family = Family::<Labels, Counter>::default();
@@ -96,12 +100,9 @@ impl Metrics {
             .map(|t| tiers_family.get_or_create(&vec![("tier", *t)]).clone())
             .collect();
 
-        let latency = Histogram::new(
-            [
-                5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3,
-            ]
-            .into_iter(),
-        );
+        let latency = Histogram::new([
+            5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3,
+        ]);
         registry.register(
             "decision_latency_seconds",
             "Time to decide, from request body received to answer built",
@@ -124,13 +125,21 @@ impl Metrics {
         let log_dropped = Counter::default();
         let log_queue_depth = Gauge::default();
         let log_write_errors = Counter::default();
-        registry.register("decision_log_rows_written", "Decision log rows written", log_written.clone());
+        registry.register(
+            "decision_log_rows_written",
+            "Decision log rows written",
+            log_written.clone(),
+        );
         registry.register(
             "decision_log_rows_dropped",
             "Decision log rows dropped because the queue was full",
             log_dropped.clone(),
         );
-        registry.register("decision_log_queue_depth", "Rows waiting to be written", log_queue_depth.clone());
+        registry.register(
+            "decision_log_queue_depth",
+            "Rows waiting to be written",
+            log_queue_depth.clone(),
+        );
         registry.register(
             "decision_log_write_errors",
             "Failed writes to the local decision log",
@@ -144,14 +153,26 @@ impl Metrics {
         let filter_memory = Gauge::default();
         let filter_overloaded = Gauge::default();
         let filter_overload_events = Counter::default();
-        nonce.register("nonce_filter_fill_ratio", "Fraction of bits set in the fullest live slice", filter_fill.clone());
+        nonce.register(
+            "nonce_filter_fill_ratio",
+            "Fraction of bits set in the fullest live slice",
+            filter_fill.clone(),
+        );
         nonce.register(
             "nonce_filter_estimated_fp",
             "Estimated false-positive rate of a nonce check right now",
             filter_fp.clone(),
         );
-        nonce.register("nonce_filter_entries", "Estimated entries in the fullest live slice", filter_entries.clone());
-        nonce.register("nonce_filter_memory_bytes", "Memory of the nonce store", filter_memory.clone());
+        nonce.register(
+            "nonce_filter_entries",
+            "Estimated entries in the fullest live slice",
+            filter_entries.clone(),
+        );
+        nonce.register(
+            "nonce_filter_memory_bytes",
+            "Memory of the nonce store",
+            filter_memory.clone(),
+        );
         nonce.register(
             "nonce_filter_overloaded",
             "1 while the load exceeds what the filter was sized for",
@@ -165,7 +186,8 @@ impl Metrics {
 
         let info = Family::<Labels, Gauge>::default();
         registry.register("build_info", "Build information", info.clone());
-        info.get_or_create(&vec![("version", env!("CARGO_PKG_VERSION"))]).set(1);
+        info.get_or_create(&vec![("version", env!("CARGO_PKG_VERSION"))])
+            .set(1);
 
         Metrics {
             registry,
@@ -232,8 +254,7 @@ impl Metrics {
         self.filter_fp.set(s.estimated_fp);
         self.filter_entries.set(s.entries);
         self.filter_memory.set(s.memory_bytes as i64);
-        let was = self.filter_overloaded.get() == 1;
-        self.filter_overloaded.set(s.overloaded as i64);
+        let was = self.filter_overloaded.set(s.overloaded as i64) == 1;
         if s.overloaded && !was {
             self.filter_overload_events.inc();
             return true;
@@ -252,16 +273,25 @@ impl Metrics {
 /// Which (step, action, code) combinations the decision path can produce today.
 fn plausible(step: Step, action: Action, code: Code) -> bool {
     match step {
-        Step::Signature => action == Action::Deny && matches!(code, Code::SignatureMissing | Code::SignatureInvalid),
+        Step::Signature => {
+            action == Action::Deny
+                && matches!(code, Code::SignatureMissing | Code::SignatureInvalid)
+        }
         Step::Window => action == Action::Deny && code == Code::TimestampSkew,
         Step::Nonce => {
             action == Action::Deny
                 && matches!(
                     code,
-                    Code::NonceInvalid | Code::ReplayDuplicate | Code::StoreUnavailable | Code::TimestampSkew
+                    Code::NonceInvalid
+                        | Code::ReplayDuplicate
+                        | Code::StoreUnavailable
+                        | Code::TimestampSkew
                 )
         }
-        Step::Fingerprint => action == Action::Deny && matches!(code, Code::DuplicateSubmission | Code::StoreUnavailable),
+        Step::Fingerprint => {
+            action == Action::Deny
+                && matches!(code, Code::DuplicateSubmission | Code::StoreUnavailable)
+        }
         Step::Final => action == Action::Allow && code == Code::Ok,
         Step::Edge | Step::Gateway | Step::Business => false,
     }

@@ -48,7 +48,14 @@ impl IdGen {
         let lo = (0b10u64 << 62) | (r >> 2);
         let v = ((hi as u128) << 64) | lo as u128;
         let h = format!("{v:032x}");
-        format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        )
     }
 }
 
@@ -95,14 +102,21 @@ impl Runtime {
                 let _ = getrandom::getrandom(&mut seed);
                 Arc::new(BloomNonceStore::new(cfg.filter, u64::from_le_bytes(seed)))
             }
-            NonceMode::Exact => Arc::new(ExactNonceStore::new(cfg.retention_ms, st.exact_max_entries)),
+            NonceMode::Exact => {
+                Arc::new(ExactNonceStore::new(cfg.retention_ms, st.exact_max_entries))
+            }
         };
         let mode = match st.nonce_mode {
             NonceMode::Bloom => "bloom",
             NonceMode::Exact => "exact",
         };
         let fingerprints = Arc::new(LocalFingerprintStore::new(st.fingerprint_max_entries));
-        let engine = Engine::new(cfg.engine_settings(), nonces, fingerprints, Arc::new(NoRules));
+        let engine = Engine::new(
+            cfg.engine_settings(),
+            nonces,
+            fingerprints,
+            Arc::new(NoRules),
+        );
         let metrics = Arc::new(Metrics::new(mode));
         let log = DecisionLog::start(&cfg.raw.decision_log, metrics.clone()).map_err(|err| {
             StartError::DecisionLog {
@@ -173,14 +187,21 @@ impl Runtime {
                  state.target_fp; raise state.expected_rps"
             );
         }
-        self.metrics.log_queue_depth.set(self.log.queue_depth() as i64);
+        self.metrics
+            .log_queue_depth
+            .set(self.log.queue_depth() as i64);
     }
 
     /// Stops the background work and drains the decision log.
     pub fn shutdown(&self) {
         self.ready.store(false, Ordering::Release);
         self.stop.store(true, Ordering::Release);
-        if let Some(h) = self.maintenance.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(h) = self
+            .maintenance
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
             let _ = h.join();
         }
         self.log.shutdown();

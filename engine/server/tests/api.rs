@@ -87,7 +87,10 @@ async fn post(
     let resp = test::call_service(app, req).await;
     let status = resp.status().as_u16();
     let bytes = test::read_body(resp).await;
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 #[actix_web::test]
@@ -101,7 +104,16 @@ async fn allow_then_replay_with_the_contract_fields() {
     assert_eq!(d["action"], "allow");
     assert_eq!(d["code"], "OK");
     assert_eq!(d["status"], 200);
-    for k in ["decision_id", "tier", "rule", "reasons", "retry_after_ms", "ruleset", "shadow", "latency_us"] {
+    for k in [
+        "decision_id",
+        "tier",
+        "rule",
+        "reasons",
+        "retry_after_ms",
+        "ruleset",
+        "shadow",
+        "latency_us",
+    ] {
         assert!(d.get(k).is_some(), "missing {k} in {d}");
     }
     assert!(d["ruleset"]["version"].is_string() && d["ruleset"]["arm"].is_string());
@@ -118,7 +130,12 @@ async fn skew_reports_server_time_and_skew() {
     let rt = runtime("skew", "");
     let app = app!(rt);
     let now = rampart::clock::now_ms();
-    let (_, d) = post(&app, "/v1/decide", signed("skewed-request-001", now - 60_000, "").to_string()).await;
+    let (_, d) = post(
+        &app,
+        "/v1/decide",
+        signed("skewed-request-001", now - 60_000, "").to_string(),
+    )
+    .await;
     assert_eq!(d["code"], "TIMESTAMP_SKEW");
     assert_eq!(d["status"], 401);
     let skew = d["skew_ms"].as_i64().unwrap();
@@ -154,12 +171,21 @@ async fn bad_input_gets_a_4xx_envelope_never_a_5xx() {
         (b"{}".to_vec(), 400, "INVALID_FIELD"),
         (b"{\"app\":5}".to_vec(), 400, "INVALID_FIELD"),
         (b"[]".to_vec(), 400, "INVALID_FIELD"),
+        (b" [\"shop\"]".to_vec(), 400, "INVALID_FIELD"),
         (b"{\"app\":\"nope\"}".to_vec(), 404, "UNKNOWN_APP"),
         (b"{\"app\":\"\"}".to_vec(), 400, "INVALID_FIELD"),
         (header_type.to_string().into_bytes(), 400, "INVALID_FIELD"),
         (vec![b'{', 0xff, 0xfe, b'}'], 400, "MALFORMED_JSON"),
-        (b"{\"app\":\"shop\",\"user_id\":\"\xff\xfe\"}".to_vec(), 400, "MALFORMED_JSON"),
-        (format!("{{\"app\":\"shop\",\"params\":{deep}}}").into_bytes(), 400, "JSON_TOO_DEEP"),
+        (
+            b"{\"app\":\"shop\",\"user_id\":\"\xff\xfe\"}".to_vec(),
+            400,
+            "MALFORMED_JSON",
+        ),
+        (
+            format!("{{\"app\":\"shop\",\"params\":{deep}}}").into_bytes(),
+            400,
+            "JSON_TOO_DEEP",
+        ),
         (vec![b' '; 70 * 1024], 413, "BODY_TOO_LARGE"),
         (bad_hash.to_string().into_bytes(), 400, "INVALID_FIELD"),
         (bad_ip.to_string().into_bytes(), 400, "INVALID_FIELD"),
@@ -169,13 +195,30 @@ async fn bad_input_gets_a_4xx_envelope_never_a_5xx() {
         let (s, d) = post(&app, "/v1/decide", body).await;
         assert_eq!(s, status, "{shown}: {d}");
         assert_eq!(d["error"]["code"], code, "{shown}: {d}");
-        assert!(d["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+        assert!(d["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
     }
     // Unknown routes and methods get the envelope too.
-    let resp = test::call_service(&app, test::TestRequest::get().uri("/v2/nothing").to_request()).await;
+    let resp = test::call_service(
+        &app,
+        test::TestRequest::get().uri("/v2/nothing").to_request(),
+    )
+    .await;
     assert_eq!(resp.status().as_u16(), 404);
-    let resp = test::call_service(&app, test::TestRequest::get().uri("/v1/decide").to_request()).await;
-    assert_eq!(resp.status().as_u16(), 405);
+    for (method, uri) in [
+        ("GET", "/v1/decide"),
+        ("POST", "/healthz"),
+        ("DELETE", "/metrics"),
+        ("POST", "/v1/time"),
+    ] {
+        let req = test::TestRequest::default()
+            .method(method.parse().unwrap())
+            .uri(uri)
+            .to_request();
+        let resp = test::call_service(&app, req).await;
+        assert_eq!(resp.status().as_u16(), 405, "{method} {uri}");
+    }
 }
 
 #[actix_web::test]
@@ -183,7 +226,12 @@ async fn bad_nonce_is_a_decision_and_does_not_leak_into_replay_codes() {
     let rt = runtime("nonce", "");
     let app = app!(rt);
     let now = rampart::clock::now_ms();
-    for nonce in ["short", "has space in it 0123", &"x".repeat(65), "ünïcode-0123456789"] {
+    for nonce in [
+        "short",
+        "has space in it 0123",
+        &"x".repeat(65),
+        "ünïcode-0123456789",
+    ] {
         let (s, d) = post(&app, "/v1/decide", signed(nonce, now, "").to_string()).await;
         assert_eq!(s, 200);
         assert_eq!(d["code"], "NONCE_INVALID", "{nonce}");
@@ -198,7 +246,12 @@ async fn bad_nonce_is_a_decision_and_does_not_leak_into_replay_codes() {
     let (_, d) = post(&app, "/v1/decide", forged.to_string()).await;
     assert_eq!(d["code"], "SIGNATURE_INVALID");
     // The forged attempt did not consume the nonce.
-    let (_, d) = post(&app, "/v1/decide", signed("forged-request-0001", now, "{}").to_string()).await;
+    let (_, d) = post(
+        &app,
+        "/v1/decide",
+        signed("forged-request-0001", now, "{}").to_string(),
+    )
+    .await;
     assert_eq!(d["code"], "OK");
 }
 
@@ -220,9 +273,15 @@ async fn batch_answers_in_order_with_per_item_errors() {
     assert_eq!(items[3]["code"], "OK");
     let five = json!([{}, {}, {}, {}, {}]);
     let (s, d) = post(&app, "/v1/decide/batch", five.to_string()).await;
-    assert_eq!((s, d["error"]["code"].as_str()), (413, Some("BATCH_TOO_LARGE")));
+    assert_eq!(
+        (s, d["error"]["code"].as_str()),
+        (413, Some("BATCH_TOO_LARGE"))
+    );
     let (s, d) = post(&app, "/v1/decide/batch", "{\"app\":\"shop\"}").await;
-    assert_eq!((s, d["error"]["code"].as_str()), (400, Some("INVALID_FIELD")));
+    assert_eq!(
+        (s, d["error"]["code"].as_str()),
+        (400, Some("INVALID_FIELD"))
+    );
 }
 
 #[actix_web::test]
@@ -232,7 +291,11 @@ async fn time_health_ready_metrics_recent_and_log() {
     let get = |uri: &str| test::TestRequest::get().uri(uri).to_request();
 
     let resp = test::call_service(&app, get("/readyz")).await;
-    assert_eq!(resp.status().as_u16(), 503, "not ready before background work starts");
+    assert_eq!(
+        resp.status().as_u16(),
+        503,
+        "not ready before background work starts"
+    );
     rt.start_background();
     let resp = test::call_service(&app, get("/readyz")).await;
     assert_eq!(resp.status().as_u16(), 200);
@@ -249,7 +312,12 @@ async fn time_health_ready_metrics_recent_and_log() {
     post(&app, "/v1/decide", r.to_string()).await;
     post(&app, "/v1/decide", r.to_string()).await;
 
-    let text = String::from_utf8(test::call_and_read_body(&app, get("/metrics")).await.to_vec()).unwrap();
+    let text = String::from_utf8(
+        test::call_and_read_body(&app, get("/metrics"))
+            .await
+            .to_vec(),
+    )
+    .unwrap();
     for needle in [
         "rampart_decisions_total{action=\"allow\",code=\"OK\",step=\"final\"} 1",
         "rampart_decisions_total{action=\"deny\",code=\"REPLAY_DUPLICATE\",step=\"nonce\"} 1",
@@ -277,14 +345,22 @@ async fn time_health_ready_metrics_recent_and_log() {
         .uri("/admin/v1/decisions/recent")
         .peer_addr("192.0.2.1:5555".parse().unwrap())
         .to_request();
-    assert_eq!(test::call_service(&app, remote).await.status().as_u16(), 403);
+    assert_eq!(
+        test::call_service(&app, remote).await.status().as_u16(),
+        403
+    );
 
     // Every decision is in the local log.
     rt.shutdown();
     let dir = &rt.config.raw.decision_log.dir;
     let rows: usize = std::fs::read_dir(dir)
         .unwrap()
-        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap().lines().count())
+        .map(|e| {
+            std::fs::read_to_string(e.unwrap().path())
+                .unwrap()
+                .lines()
+                .count()
+        })
         .sum();
     assert_eq!(rows, 2);
 }

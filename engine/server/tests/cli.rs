@@ -53,7 +53,11 @@ fn check_reports_located_problems_and_bad_toml() {
     let (code, _, err) = run(&["check", "--config", cfg.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(err.contains("line 4"), "{err}");
-    let (code, _, err) = run(&["check", "--config", d.join("missing.toml").to_str().unwrap()]);
+    let (code, _, err) = run(&[
+        "check",
+        "--config",
+        d.join("missing.toml").to_str().unwrap(),
+    ]);
     assert_eq!(code, 2);
     assert!(err.contains("cannot read"), "{err}");
 }
@@ -83,9 +87,23 @@ fn check_prints_filter_sizing_and_the_seed_scenario_fits_in_64_mb() {
 #[test]
 fn sign_reproduces_the_contract_test_vector() {
     let (code, out, _) = run(&[
-        "sign", "--app", "demo", "--secret", "demo-secret", "--method", "POST", "--path",
-        "/api/order/pay", "--query", "b=2&a=1", "--timestamp", "1700000000000", "--nonce",
-        "n0nce-0123456789AB", "--body", r#"{"order":"A1","amount":100}"#,
+        "sign",
+        "--app",
+        "demo",
+        "--secret",
+        "demo-secret",
+        "--method",
+        "POST",
+        "--path",
+        "/api/order/pay",
+        "--query",
+        "b=2&a=1",
+        "--timestamp",
+        "1700000000000",
+        "--nonce",
+        "n0nce-0123456789AB",
+        "--body",
+        r#"{"order":"A1","amount":100}"#,
     ]);
     assert_eq!(code, 0);
     assert!(out.contains(
@@ -109,7 +127,11 @@ impl Drop for Server {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn agent() -> ureq::Agent {
@@ -180,8 +202,20 @@ fn serve_end_to_end_signed_request_then_replay_then_graceful_stop() {
 
     let server = start(&cfg);
     let (code, body, err) = run(&[
-        "sign", "--config", cfg.to_str().unwrap(), "--app", "demo", "--method", "POST", "--path",
-        "/api/order/pay", "--body", r#"{"order":"A1","amount":100}"#, "--user", "u-1", "--format",
+        "sign",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--app",
+        "demo",
+        "--method",
+        "POST",
+        "--path",
+        "/api/order/pay",
+        "--body",
+        r#"{"order":"A1","amount":100}"#,
+        "--user",
+        "u-1",
+        "--format",
         "decide",
     ]);
     assert_eq!(code, 0, "{err}");
@@ -206,7 +240,13 @@ fn serve_end_to_end_signed_request_then_replay_then_graceful_stop() {
         std::thread::sleep(Duration::from_millis(50));
     };
     let mut stderr = String::new();
-    server.child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    server
+        .child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     assert!(status.success(), "{stderr}");
     assert!(!stderr.contains("e2e-secret"), "secrets are never logged");
     let rows: Vec<Value> = std::fs::read_dir(d.join("log"))
@@ -231,7 +271,9 @@ fn serve_refuses_bad_config_before_binding() {
     let cfg = write(
         &d,
         "c.toml",
-        &format!("[server]\nlisten = \"127.0.0.1:{port}\"\n[[apps]]\nid = \"a\"\nwindow_ms = 5000\n"),
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n[[apps]]\nid = \"a\"\nwindow_ms = 5000\n"
+        ),
     );
     let (code, _, err) = run(&["serve", "--config", cfg.to_str().unwrap()]);
     assert_eq!(code, 2);
