@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what the tests need (skipping what is present), then runs
+# formatting, lints and every test. Used by people and by CI (.ci/run) alike.
+#
+#   ./scripts/test.sh            everything
+#   FUZZ_SECONDS=60 ./scripts/test.sh   longer fuzzing (default 10 s per target; 0 skips it)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+FUZZ_SECONDS="${FUZZ_SECONDS:-10}"
+step() { printf '\n== %s\n' "$*"; }
+
+step "toolchain"
+cargo --version
+rustc --version
+
+step "format"
+cargo fmt --all -- --check
+
+step "lint"
+cargo clippy --workspace --all-targets --locked --release -- -D warnings
+
+step "tests"
+cargo test --workspace --locked --release
+
+if [ "$FUZZ_SECONDS" != "0" ]; then
+  step "fuzz smoke (${FUZZ_SECONDS}s per target)"
+  if ! command -v cargo-fuzz >/dev/null 2>&1; then
+    cargo install cargo-fuzz --locked --quiet
+  fi
+  # cargo fuzz needs unstable sanitizer flags; RUSTC_BOOTSTRAP lets the stable toolchain accept
+  # them for this build only.
+  for target in canonical fingerprint decide; do
+    mkdir -p "fuzz/corpus/$target"
+    (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run "$target" "corpus/$target" "seeds/$target" -- \
+      -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -print_final_stats=0 2>&1 | tail -n 3)
+  done
+fi
+
+step "done"
+echo "all checks passed"
