@@ -21,7 +21,9 @@ step "lint"
 cargo clippy --workspace --all-targets --locked --release -- -D warnings
 
 step "tests"
-cargo test --workspace --locked --release
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --locked --release 2>&1 | tee "$log"
 
 if [ "$FUZZ_SECONDS" != "0" ]; then
   step "fuzz smoke (${FUZZ_SECONDS}s per target)"
@@ -38,4 +40,6 @@ if [ "$FUZZ_SECONDS" != "0" ]; then
 fi
 
 step "done"
-echo "all checks passed"
+# One closing line for the whole run, summed over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
