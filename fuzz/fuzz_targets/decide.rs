@@ -6,7 +6,8 @@ use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use rampart_core::bloom::SlicedBloomConfig;
-use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy, NoRules};
+use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy};
+use rampart_core::rules::LiveRules;
 use rampart_core::fingerprint::LocalFingerprintStore;
 use rampart_core::nonce::BloomNonceStore;
 use rampart_core::{DecideRequest, Engine};
@@ -33,7 +34,7 @@ fn engine() -> &'static Engine {
                 1,
             )),
             Arc::new(LocalFingerprintStore::new(100_000)),
-            Arc::new(NoRules),
+            Arc::new(LiveRules::empty()),
         )
     })
 }

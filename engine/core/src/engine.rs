@@ -13,8 +13,9 @@ use std::sync::Arc;
 
 use crate::canonical::{body_sha256_hex, canonical_query, SignedFields, Signer, EMPTY_BODY_SHA256};
 use crate::fingerprint::{canonical_json, fingerprint, FingerprintStore, Submission};
-use crate::model::{Action, Code, DecideRequest, Reason, ShadowHit, Step, Verdict};
+use crate::model::{Action, Code, DecideRequest, Reason, Step, Verdict};
 use crate::nonce::{validate_nonce, NonceStore, NonceVerdict, StoreError};
+use crate::rules::{LiveRules, Req, RuleSession, RuleSet};
 
 /// An app: who may ask, with which secret, within which window.
 #[derive(Debug, Clone)]
@@ -123,33 +124,6 @@ pub struct DecisionContext<'a> {
     pub now_ms: i64,
 }
 
-/// A tier's answer: a terminal verdict (first terminal action wins), and shadow hits.
-#[derive(Debug, Clone, Default)]
-pub struct TierOutcome {
-    pub terminal: Option<Verdict>,
-    pub shadow: Vec<ShadowHit>,
-}
-
-/// The rule runtime as the decision path sees it.
-pub trait RuleTiers: Send + Sync {
-    fn evaluate(&self, tier: Tier, ctx: &DecisionContext<'_>) -> TierOutcome;
-    /// Content-hash version of the live rule set.
-    fn version(&self) -> &str;
-}
-
-/// Tiers that pass everything (no rule set loaded).
-#[derive(Debug, Default)]
-pub struct NoRules;
-
-impl RuleTiers for NoRules {
-    fn evaluate(&self, _tier: Tier, _ctx: &DecisionContext<'_>) -> TierOutcome {
-        TierOutcome::default()
-    }
-    fn version(&self) -> &str {
-        "none"
-    }
-}
-
 /// An error of the API call itself (not a decision): answered 4xx with `{"error":{code,message}}`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
@@ -183,7 +157,7 @@ pub struct Engine {
     challenge_status: u16,
     nonces: Arc<dyn NonceStore>,
     fingerprints: Arc<dyn FingerprintStore>,
-    rules: Arc<dyn RuleTiers>,
+    rules: Arc<LiveRules>,
 }
 
 /// Settings of the decision path that are not stores.
@@ -201,7 +175,7 @@ impl Engine {
         settings: EngineSettings,
         nonces: Arc<dyn NonceStore>,
         fingerprints: Arc<dyn FingerprintStore>,
-        rules: Arc<dyn RuleTiers>,
+        rules: Arc<LiveRules>,
     ) -> Self {
         Engine {
             apps: settings
@@ -231,7 +205,7 @@ impl Engine {
         &self.fingerprints
     }
 
-    pub fn rules(&self) -> &Arc<dyn RuleTiers> {
+    pub fn rules(&self) -> &Arc<LiveRules> {
         &self.rules
     }
 
@@ -269,22 +243,18 @@ impl Engine {
         }
     }
 
-    fn finish_tier(
+    fn run_tier(
         &self,
+        set: &RuleSet,
         tier: Tier,
-        ctx: &DecisionContext<'_>,
-        shadow: &mut Vec<ShadowHit>,
+        req: Option<&Req>,
+        session: &mut RuleSession,
     ) -> Option<Verdict> {
-        let out = self.rules.evaluate(tier, ctx);
-        shadow.extend(out.shadow);
-        out.terminal.map(|mut v| {
-            v.step = tier.step();
-            v.tier = tier.step().tier();
-            if v.code == Code::RuleChallenge {
-                v.status = self.challenge_status;
-            }
-            v
-        })
+        let mut v = set.evaluate_tier(tier, req?, session)?;
+        if v.code == Code::RuleChallenge {
+            v.status = self.challenge_status;
+        }
+        Some(v)
     }
 
     /// Judges one request at server time `now_ms`.
@@ -334,11 +304,31 @@ impl Engine {
             app,
             now_ms,
         };
-        let mut shadow = Vec::new();
+        // One snapshot from the first tier to the last, even if a swap happens meanwhile.
+        let set = self.rules.snapshot();
+        let rule_req = (set.rule_count() > 0).then(|| Req::from_context(&ctx));
+        let mut session = RuleSession::default();
+        let mut v = self.decide_steps(&ctx, &set, rule_req.as_ref(), &mut session, &body_hash);
+        v.shadow = std::mem::take(&mut session.shadow);
+        v.ruleset_version = set.version().to_string();
+        Ok(v)
+    }
+
+    /// The steps after request validation; `shadow` hits are collected in `session`.
+    fn decide_steps(
+        &self,
+        ctx: &DecisionContext<'_>,
+        set: &RuleSet,
+        rule_req: Option<&Req>,
+        session: &mut RuleSession,
+        body_hash: &str,
+    ) -> Verdict {
+        let (req, app, now_ms) = (ctx.request, ctx.app, ctx.now_ms);
+        let r = &req.request;
 
         // 1. Edge rules (read-only).
-        if let Some(v) = self.finish_tier(Tier::Edge, &ctx, &mut shadow) {
-            return Ok(with_shadow(v, shadow));
+        if let Some(v) = self.run_tier(set, Tier::Edge, rule_req, session) {
+            return v;
         }
 
         // 2. Signature.
@@ -354,8 +344,7 @@ impl Engine {
                     .filter(|(_, v)| v.is_none())
                     .map(|(k, _)| k)
                     .collect();
-                return Ok(with_shadow(
-                    Verdict::reject(
+                return Verdict::reject(
                         Step::Signature,
                         Action::Deny,
                         Code::SignatureMissing,
@@ -364,9 +353,7 @@ impl Engine {
                             "missing anti-replay header(s): {}",
                             missing.join(", ")
                         )),
-                    ),
-                    shadow,
-                ));
+                    );
             }
         };
         // Warm the nonce filter's cache line now: the HMAC below takes long enough to hide the miss.
@@ -381,16 +368,13 @@ impl Engine {
             body_sha256: &body_hash,
         };
         if let Err(e) = app.signer.verify(&fields, sig) {
-            return Ok(with_shadow(
-                Verdict::reject(
+            return Verdict::reject(
                     Step::Signature,
                     Action::Deny,
                     Code::SignatureInvalid,
                     "signature",
                     Reason::new(e.to_string()),
-                ),
-                shadow,
-            ));
+                );
         }
 
         // 3. Time window.
@@ -409,29 +393,23 @@ impl Engine {
                     },
                 );
                 v.server_time_ms = Some(now_ms);
-                return Ok(with_shadow(v, shadow));
+                return v;
             }
         };
         let skew = ts.saturating_sub(now_ms);
         if skew.unsigned_abs() > app.window_ms.unsigned_abs() {
-            return Ok(with_shadow(
-                skew_verdict(now_ms, skew, app.window_ms),
-                shadow,
-            ));
+            return skew_verdict(now_ms, skew, app.window_ms);
         }
 
         // 4. Nonce de-duplication: the first write to shared state.
         if let Err(msg) = validate_nonce(nonce) {
-            return Ok(with_shadow(
-                Verdict::reject(
+            return Verdict::reject(
                     Step::Nonce,
                     Action::Deny,
                     Code::NonceInvalid,
                     "nonce",
                     Reason::new(msg),
-                ),
-                shadow,
-            ));
+                );
         }
         let mut degraded = false;
         match self
@@ -440,25 +418,19 @@ impl Engine {
         {
             Ok(NonceVerdict::Fresh) => {}
             Ok(NonceVerdict::Replay) => {
-                return Ok(with_shadow(
-                    Verdict::reject(
+                return Verdict::reject(
                         Step::Nonce,
                         Action::Deny,
                         Code::ReplayDuplicate,
                         "nonce",
                         Reason::new("this (app, x-nonce) was already used: replayed request"),
-                    ),
-                    shadow,
-                ))
+                    );
             }
             Ok(NonceVerdict::OutOfRange) => {
-                return Ok(with_shadow(
-                    skew_verdict(now_ms, skew, app.window_ms),
-                    shadow,
-                ));
+                return skew_verdict(now_ms, skew, app.window_ms);
             }
             Err(e) => match self.store_failure(Step::Nonce, "nonce", &e) {
-                Some(v) => return Ok(with_shadow(v, shadow)),
+                Some(v) => return v,
                 None => degraded = true,
             },
         }
@@ -490,22 +462,19 @@ impl Engine {
                 {
                     Ok(true) => {}
                     Ok(false) => {
-                        return Ok(with_shadow(
-                            Verdict::reject(
-                                Step::Fingerprint,
-                                Action::Deny,
-                                Code::DuplicateSubmission,
-                                "fingerprint",
-                                Reason::new(format!(
-                                    "same user, route and params within {} ms",
-                                    dedup.window_ms
-                                )),
-                            ),
-                            shadow,
-                        ))
+                        return Verdict::reject(
+                            Step::Fingerprint,
+                            Action::Deny,
+                            Code::DuplicateSubmission,
+                            "fingerprint",
+                            Reason::new(format!(
+                                "same user, route and params within {} ms",
+                                dedup.window_ms
+                            )),
+                        );
                     }
                     Err(e) => match self.store_failure(Step::Fingerprint, "fingerprint", &e) {
-                        Some(v) => return Ok(with_shadow(v, shadow)),
+                        Some(v) => return v,
                         None => degraded = true,
                     },
                 }
@@ -514,23 +483,19 @@ impl Engine {
 
         // 6–7. Gateway and business rules.
         for tier in [Tier::Gateway, Tier::Business] {
-            if let Some(mut v) = self.finish_tier(tier, &ctx, &mut shadow) {
+            if let Some(mut v) = self.run_tier(set, tier, rule_req, session) {
                 v.degraded |= degraded;
-                return Ok(with_shadow(v, shadow));
+                return v;
             }
         }
-
-        let mut v = Verdict::allow();
+        // 8. Scores of every tier against the thresholds.
+        let mut v = set.finish(session).unwrap_or_else(Verdict::allow);
+        if v.code == Code::RuleChallenge {
+            v.status = self.challenge_status;
+        }
         v.degraded = degraded;
-        Ok(with_shadow(v, shadow))
+        v
     }
-}
-
-fn with_shadow(mut v: Verdict, shadow: Vec<ShadowHit>) -> Verdict {
-    if !shadow.is_empty() {
-        v.shadow = shadow;
-    }
-    v
 }
 
 /// Strict Unix-ms parse: ASCII digits only (no sign, no spaces), at most 16 digits.

@@ -11,6 +11,7 @@ pub mod engine;
 pub mod fingerprint;
 pub mod model;
 pub mod nonce;
+pub mod rules;
 pub mod sign;
 pub mod ttl;
 

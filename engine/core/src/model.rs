@@ -149,12 +149,14 @@ pub enum Code {
     CircuitOpen,
     RuleDeny,
     RuleChallenge,
+    /// Let through, flagged for manual review (an extension of contract v1).
+    RuleReview,
     StoreUnavailable,
     QuotaExhausted,
 }
 
 impl Code {
-    pub const ALL: [Code; 13] = [
+    pub const ALL: [Code; 14] = [
         Code::Ok,
         Code::SignatureMissing,
         Code::SignatureInvalid,
@@ -166,6 +168,7 @@ impl Code {
         Code::CircuitOpen,
         Code::RuleDeny,
         Code::RuleChallenge,
+        Code::RuleReview,
         Code::StoreUnavailable,
         Code::QuotaExhausted,
     ];
@@ -183,6 +186,7 @@ impl Code {
             Code::CircuitOpen => "CIRCUIT_OPEN",
             Code::RuleDeny => "RULE_DENY",
             Code::RuleChallenge => "RULE_CHALLENGE",
+            Code::RuleReview => "RULE_REVIEW",
             Code::StoreUnavailable => "STORE_UNAVAILABLE",
             Code::QuotaExhausted => "QUOTA_EXHAUSTED",
         }
@@ -192,7 +196,7 @@ impl Code {
     /// and configurable (`[server] challenge_status`).
     pub fn status(self) -> u16 {
         match self {
-            Code::Ok => 200,
+            Code::Ok | Code::RuleReview => 200,
             Code::SignatureMissing | Code::SignatureInvalid | Code::TimestampSkew => 401,
             Code::NonceInvalid => 400,
             Code::ReplayDuplicate | Code::DuplicateSubmission | Code::QuotaExhausted => 409,
@@ -302,6 +306,9 @@ pub struct Verdict {
     pub degraded: bool,
     #[serde(skip)]
     pub step: Step,
+    /// Version of the rule set the decision was made with.
+    #[serde(skip)]
+    pub ruleset_version: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_time_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -321,6 +328,7 @@ impl Verdict {
             shadow: Vec::new(),
             degraded: false,
             step: Step::Final,
+            ruleset_version: String::new(),
             server_time_ms: None,
             skew_ms: None,
         }
@@ -339,6 +347,7 @@ impl Verdict {
             shadow: Vec::new(),
             degraded: false,
             step,
+            ruleset_version: String::new(),
             server_time_ms: None,
             skew_ms: None,
         }

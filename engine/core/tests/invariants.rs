@@ -6,7 +6,8 @@ use std::sync::{Arc, Barrier};
 
 use proptest::prelude::*;
 use rampart_core::bloom::SlicedBloomConfig;
-use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy, NoRules};
+use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy};
+use rampart_core::rules::LiveRules;
 use rampart_core::fingerprint::LocalFingerprintStore;
 use rampart_core::model::{Action, Code, DecideRequest, JudgedRequest};
 use rampart_core::nonce::{BloomNonceStore, ExactNonceStore, NonceStore};
@@ -50,7 +51,7 @@ fn engine(mode: Mode) -> Engine {
         },
         nonce_store(mode),
         Arc::new(LocalFingerprintStore::new(1_000_000)),
-        Arc::new(NoRules),
+        Arc::new(LiveRules::empty()),
     )
 }
 

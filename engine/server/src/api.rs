@@ -144,15 +144,15 @@ async fn read_body(
 /// Judges one parsed request, records metrics and the decision log row.
 fn judge(rt: &Runtime, req: &DecideRequest, started: Instant) -> Result<DecisionOut, ApiError> {
     let now = now_ms();
-    let verdict: Verdict = rt
+    let mut verdict: Verdict = rt
         .engine
         .decide(req, now)
         .inspect_err(|e| rt.metrics.api_error(e.code()))?;
+    let version = std::mem::take(&mut verdict.ruleset_version);
     let elapsed = started.elapsed();
     let latency_us = elapsed.as_micros() as u64;
     rt.metrics.record(&verdict, elapsed.as_secs_f64());
     let decision_id = rt.ids.next(now);
-    let version = rt.engine.rules().version().to_string();
     let c = &req.client;
     rt.log.submit(DecisionRecord {
         time_ms: now,

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rampart_core::engine::NoRules;
+use rampart_core::rules::LiveRules;
 use rampart_core::fingerprint::LocalFingerprintStore;
 use rampart_core::nonce::{BloomNonceStore, ExactNonceStore, NonceStore};
 use rampart_core::Engine;
@@ -115,7 +115,7 @@ impl Runtime {
             cfg.engine_settings(),
             nonces,
             fingerprints,
-            Arc::new(NoRules),
+            Arc::new(LiveRules::empty()),
         );
         let metrics = Arc::new(Metrics::new(mode));
         let log = DecisionLog::start(&cfg.raw.decision_log, metrics.clone()).map_err(|err| {

@@ -1,0 +1,926 @@
+//! The three-tier Rhai rule runtime (DESIGN §4).
+//!
+//! A rule is a Rhai script with a metadata header of `//! key: value` lines:
+//!
+//! ```text
+//! //! name: scanner-user-agents
+//! //! priority: 10
+//! //! mode: enforce            (or shadow)
+//! //! owner: secops
+//! //! description: Known security scanners announce themselves in the user agent.
+//! //! apps: shop, pay          (optional; default every app)
+//! //! routes: /api/order/*     (optional; exact paths, or prefixes ending in *)
+//! if contains_any("scanner_ua", req.user_agent) { deny("scanner user agent") }
+//! ```
+//!
+//! The tier comes from the directory (`edge/`, `gateway/`, `business/`); lists come from
+//! `lists/<name>.txt`. A [`RuleSet`] is compiled and validated as a whole — every script compiled
+//! once, every failure reported with file, line and column — and published as one immutable
+//! snapshot in [`LiveRules`] (`arc-swap`): a failed compile never replaces the live set.
+//!
+//! **Evaluation.** Per tier, the rules that apply to the request's app (indexed at compile time)
+//! and route run in priority order against a typed request object `req` (getters over
+//! `ImmutableString`s, not a map rebuilt per request). The first terminal action (`deny`,
+//! `challenge`, `review`) wins; `allow()` ends the tier; `score(points, reason)` adds points that are
+//! compared with the thresholds after the business tier. A rule in `shadow` mode runs but only
+//! reports what it would have done. A rule that errors or hits a bound is counted and answered by
+//! its tier's declared default (`Allow` = go on, `Deny` = deny with `RULE_DENY`).
+//!
+//! **Bounds** (each one stops a class of runaway script; none is reached by a sane rule):
+//! - operations ≤ 20,000 — an infinite loop is cut off after ~100 µs instead of stalling a worker;
+//! - call depth ≤ 8 and expression depth ≤ 32 (16 in functions) — no runaway recursion;
+//! - strings ≤ 1 MiB, arrays and maps ≤ 1,024 entries — no unbounded growth (`s += s`);
+//! - strict variables — a typo in a variable name is a compile error, not a runtime surprise.
+
+pub mod lists;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use rhai::{Dynamic, EvalAltResult, ImmutableString, Position, Scope, AST};
+use sha2::{Digest, Sha256};
+
+use crate::engine::{DecisionContext, FailPolicy, Tier};
+use crate::model::{Action, Code, Reason, ShadowHit, Step, Verdict};
+use lists::{list_entries, IpList, StringList};
+
+pub const TIERS: [Tier; 3] = [Tier::Edge, Tier::Gateway, Tier::Business];
+
+impl Tier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Edge => "edge",
+            Tier::Gateway => "gateway",
+            Tier::Business => "business",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Tier::Edge => 0,
+            Tier::Gateway => 1,
+            Tier::Business => 2,
+        }
+    }
+
+    fn from_dir(s: &str) -> Option<Tier> {
+        TIERS.into_iter().find(|t| t.as_str() == s)
+    }
+}
+
+/// One source file of a rule set: `edge/x.rhai`, `lists/y.txt`, … (paths relative to the rule
+/// directory, with `/` separators).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub path: String,
+    pub text: String,
+}
+
+/// A located validation failure.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RuleError {
+    pub file: String,
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+impl std::fmt::Display for RuleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}: {}", self.file, self.line, self.column, self.message)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Enforce,
+    Shadow,
+}
+
+/// A rule's metadata.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RuleMeta {
+    pub name: String,
+    pub tier: &'static str,
+    pub priority: i64,
+    pub mode: Mode,
+    pub owner: String,
+    pub description: String,
+    pub apps: Option<Vec<String>>,
+    pub routes: Vec<String>,
+    pub file: String,
+}
+
+struct Rule {
+    meta: RuleMeta,
+    ast: AST,
+    errors: AtomicU64,
+    hits: AtomicU64,
+}
+
+impl Rule {
+    fn applies_to_route(&self, path: &str) -> bool {
+        self.meta.routes.is_empty()
+            || self.meta.routes.iter().any(|r| match r.strip_suffix('*') {
+                Some(prefix) => path.starts_with(prefix),
+                None => path == r,
+            })
+    }
+}
+
+/// Settings of a rule set that come from the engine's configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleSettings {
+    /// What a rule error means, per tier (edge, gateway, business).
+    pub on_error: [FailPolicy; 3],
+    pub challenge_score: i64,
+    pub review_score: i64,
+    pub deny_score: i64,
+}
+
+impl Default for RuleSettings {
+    fn default() -> Self {
+        RuleSettings {
+            on_error: [FailPolicy::Allow, FailPolicy::Allow, FailPolicy::Allow],
+            challenge_score: 40,
+            review_score: 70,
+            deny_score: 100,
+        }
+    }
+}
+
+/// What a rule returned.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Allow,
+    Terminal {
+        action: Action,
+        code: Code,
+        reason: String,
+    },
+    Score {
+        points: i64,
+        reason: String,
+    },
+}
+
+/// The request as rules see it: cheap string handles built once per decision.
+#[derive(Debug, Clone, Default)]
+pub struct Req {
+    pub app: ImmutableString,
+    pub method: ImmutableString,
+    pub path: ImmutableString,
+    pub query: ImmutableString,
+    pub body: ImmutableString,
+    pub user: ImmutableString,
+    pub ip: ImmutableString,
+    pub device_id: ImmutableString,
+    pub ja3: ImmutableString,
+    pub country: ImmutableString,
+    pub isp: ImmutableString,
+    pub device_type: ImmutableString,
+    pub user_agent: ImmutableString,
+    headers: Arc<HashMap<String, ImmutableString>>,
+    params: Arc<serde_json::Value>,
+}
+
+impl Req {
+    pub fn from_context(ctx: &DecisionContext<'_>) -> Req {
+        let r = ctx.request;
+        let c = &r.client;
+        let s = |v: &Option<String>| v.as_deref().map(ImmutableString::from).unwrap_or_default();
+        let ua = c
+            .user_agent
+            .as_deref()
+            .or_else(|| r.request.header("user-agent"))
+            .map(ImmutableString::from)
+            .unwrap_or_default();
+        Req {
+            app: r.app.as_str().into(),
+            method: r.request.method.to_ascii_uppercase().into(),
+            path: r.request.path.as_str().into(),
+            query: r.request.query.as_str().into(),
+            body: r.request.body.as_deref().unwrap_or("").into(),
+            user: s(&r.user_id),
+            ip: s(&c.ip),
+            device_id: s(&c.device_id),
+            ja3: s(&c.ja3),
+            country: s(&c.country),
+            isp: s(&c.isp),
+            device_type: s(&c.device_type),
+            user_agent: ua,
+            headers: Arc::new(
+                r.request
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.to_ascii_lowercase(), v.as_str().into()))
+                    .collect(),
+            ),
+            params: Arc::new(r.params.clone().unwrap_or(serde_json::Value::Null)),
+        }
+    }
+
+    fn header(&self, name: &str) -> ImmutableString {
+        self.headers
+            .get(&name.to_ascii_lowercase())
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn param(&self, name: &str) -> Dynamic {
+        match self.params.get(name) {
+            None | Some(serde_json::Value::Null) => Dynamic::UNIT,
+            Some(serde_json::Value::String(s)) => s.clone().into(),
+            Some(serde_json::Value::Bool(b)) => (*b).into(),
+            Some(serde_json::Value::Number(n)) => match n.as_i64() {
+                Some(i) => i.into(),
+                None => n.as_f64().unwrap_or(0.0).into(),
+            },
+            Some(other) => other.to_string().into(),
+        }
+    }
+}
+
+/// Named lists of a rule set.
+#[derive(Debug, Default)]
+struct Lists {
+    ips: HashMap<String, IpList>,
+    strings: HashMap<String, StringList>,
+}
+
+type RhaiResult<T> = Result<T, Box<EvalAltResult>>;
+
+fn rt_err(msg: String) -> Box<EvalAltResult> {
+    Box::new(EvalAltResult::ErrorRuntime(msg.into(), Position::NONE))
+}
+
+fn code_from_str(s: &str) -> Option<Code> {
+    Code::ALL.into_iter().find(|c| c.as_str() == s)
+}
+
+/// Names of the helper functions registered for rules (used by the unknown-helper lint).
+pub const HELPERS: &[&str] = &[
+    "allow",
+    "deny",
+    "challenge",
+    "review",
+    "score",
+    "in_list",
+    "contains_any",
+    "ip_in",
+];
+
+fn build_engine(lists: Arc<Lists>) -> rhai::Engine {
+    let mut e = rhai::Engine::new();
+    e.set_max_operations(20_000)
+        .set_max_call_levels(8)
+        .set_max_expr_depths(32, 16)
+        .set_max_string_size(1 << 20)
+        .set_max_array_size(1024)
+        .set_max_map_size(1024)
+        .set_strict_variables(true);
+    e.on_print(|_| {}).on_debug(|_, _, _| {});
+
+    e.register_type_with_name::<Req>("Request")
+        .register_get("app", |r: &mut Req| r.app.clone())
+        .register_get("method", |r: &mut Req| r.method.clone())
+        .register_get("path", |r: &mut Req| r.path.clone())
+        .register_get("query", |r: &mut Req| r.query.clone())
+        .register_get("body", |r: &mut Req| r.body.clone())
+        .register_get("user", |r: &mut Req| r.user.clone())
+        .register_get("ip", |r: &mut Req| r.ip.clone())
+        .register_get("device_id", |r: &mut Req| r.device_id.clone())
+        .register_get("ja3", |r: &mut Req| r.ja3.clone())
+        .register_get("country", |r: &mut Req| r.country.clone())
+        .register_get("isp", |r: &mut Req| r.isp.clone())
+        .register_get("device_type", |r: &mut Req| r.device_type.clone())
+        .register_get("user_agent", |r: &mut Req| r.user_agent.clone())
+        .register_fn("header", |r: &mut Req, name: &str| r.header(name))
+        .register_fn("param", |r: &mut Req, name: &str| r.param(name));
+
+    e.register_type_with_name::<Outcome>("Outcome");
+    e.register_fn("allow", || Outcome::Allow);
+    e.register_fn("deny", |reason: &str| Outcome::Terminal {
+        action: Action::Deny,
+        code: Code::RuleDeny,
+        reason: reason.to_string(),
+    });
+    e.register_fn("deny", |code: &str, reason: &str| -> RhaiResult<Outcome> {
+        let code = code_from_str(code).ok_or_else(|| rt_err(format!("deny: unknown code {code:?}")))?;
+        Ok(Outcome::Terminal {
+            action: Action::Deny,
+            code,
+            reason: reason.to_string(),
+        })
+    });
+    e.register_fn("challenge", |reason: &str| Outcome::Terminal {
+        action: Action::Challenge,
+        code: Code::RuleChallenge,
+        reason: reason.to_string(),
+    });
+    e.register_fn("review", |reason: &str| Outcome::Terminal {
+        action: Action::Review,
+        code: Code::RuleReview,
+        reason: reason.to_string(),
+    });
+    e.register_fn("score", |points: i64, reason: &str| Outcome::Score {
+        points,
+        reason: reason.to_string(),
+    });
+
+    let l = lists.clone();
+    e.register_fn("in_list", move |list: &str, value: &str| -> RhaiResult<bool> {
+        l.strings
+            .get(list)
+            .map(|s| s.contains(value))
+            .ok_or_else(|| rt_err(format!("in_list: no string list {list:?}")))
+    });
+    let l = lists.clone();
+    e.register_fn("contains_any", move |list: &str, value: &str| -> RhaiResult<bool> {
+        l.strings
+            .get(list)
+            .map(|s| s.contains_any(value))
+            .ok_or_else(|| rt_err(format!("contains_any: no string list {list:?}")))
+    });
+    let l = lists;
+    e.register_fn("ip_in", move |list: &str, ip: &str| -> RhaiResult<bool> {
+        l.ips
+            .get(list)
+            .map(|s| s.contains_str(ip))
+            .ok_or_else(|| rt_err(format!("ip_in: no IP list {list:?}")))
+    });
+    e
+}
+
+struct TierIndex {
+    rules: Vec<Rule>,
+    /// Indices (in priority order) of the rules for each app named by some rule's `apps`.
+    by_app: HashMap<String, Vec<usize>>,
+    /// Indices of the rules without an `apps` scope (for every other app).
+    any_app: Vec<usize>,
+}
+
+impl TierIndex {
+    fn build(mut rules: Vec<Rule>) -> TierIndex {
+        rules.sort_by(|a, b| {
+            a.meta
+                .priority
+                .cmp(&b.meta.priority)
+                .then_with(|| a.meta.name.cmp(&b.meta.name))
+        });
+        let any_app: Vec<usize> = (0..rules.len())
+            .filter(|i| rules[*i].meta.apps.is_none())
+            .collect();
+        let mut by_app: HashMap<String, Vec<usize>> = HashMap::new();
+        for r in &rules {
+            for app in r.meta.apps.iter().flatten() {
+                by_app.entry(app.clone()).or_default();
+            }
+        }
+        for (app, idx) in by_app.iter_mut() {
+            *idx = (0..rules.len())
+                .filter(|i| {
+                    rules[*i]
+                        .meta
+                        .apps
+                        .as_ref()
+                        .is_none_or(|apps| apps.iter().any(|a| a == app))
+                })
+                .collect();
+        }
+        TierIndex {
+            rules,
+            by_app,
+            any_app,
+        }
+    }
+
+    fn for_app(&self, app: &str) -> &[usize] {
+        self.by_app.get(app).unwrap_or(&self.any_app)
+    }
+}
+
+/// A compiled, validated, immutable rule set.
+pub struct RuleSet {
+    version: String,
+    engine: rhai::Engine,
+    tiers: [TierIndex; 3],
+    settings: RuleSettings,
+    evaluations: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl std::fmt::Debug for RuleSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleSet")
+            .field("version", &self.version)
+            .field("rules", &self.rule_count())
+            .finish()
+    }
+}
+
+/// Per-rule counters and metadata, for the admin API and metrics.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RuleInfo {
+    #[serde(flatten)]
+    pub meta: RuleMeta,
+    pub hits: u64,
+    pub errors: u64,
+}
+
+fn meta_error(file: &str, line: usize, message: impl Into<String>) -> RuleError {
+    RuleError {
+        file: file.to_string(),
+        line,
+        column: 1,
+        message: message.into(),
+    }
+}
+
+fn parse_meta(src: &Source, tier: Tier, errs: &mut Vec<RuleError>) -> Option<RuleMeta> {
+    let mut fields: HashMap<&str, (usize, &str)> = HashMap::new();
+    for (i, line) in src.text.lines().enumerate() {
+        let Some(rest) = line.trim_start().strip_prefix("//!") else {
+            continue;
+        };
+        let Some((k, v)) = rest.split_once(':') else {
+            errs.push(meta_error(&src.path, i + 1, "metadata lines look like `//! key: value`"));
+            continue;
+        };
+        let key = k.trim();
+        if !["name", "priority", "mode", "owner", "description", "apps", "routes", "tier"].contains(&key) {
+            errs.push(meta_error(&src.path, i + 1, format!("unknown metadata key {key:?}")));
+            continue;
+        }
+        if fields.insert(key, (i + 1, v.trim())).is_some() {
+            errs.push(meta_error(&src.path, i + 1, format!("metadata key {key:?} given twice")));
+        }
+    }
+    let before = errs.len();
+    let mut required = |k: &str| -> String {
+        match fields.get(k) {
+            Some((_, v)) if !v.is_empty() => v.to_string(),
+            _ => {
+                errs.push(meta_error(&src.path, 1, format!("missing metadata `//! {k}: …`")));
+                String::new()
+            }
+        }
+    };
+    let name = required("name");
+    let owner = required("owner");
+    let description = required("description");
+    let priority_raw = required("priority");
+    let priority = match priority_raw.parse::<i64>() {
+        Ok(p) => p,
+        Err(_) => {
+            if !priority_raw.is_empty() {
+                let line = fields.get("priority").map(|x| x.0).unwrap_or(1);
+                errs.push(meta_error(&src.path, line, "priority must be an integer"));
+            }
+            0
+        }
+    };
+    let mode = match fields.get("mode").map(|x| x.1) {
+        None | Some("enforce") => Mode::Enforce,
+        Some("shadow") => Mode::Shadow,
+        Some(other) => {
+            let line = fields["mode"].0;
+            errs.push(meta_error(&src.path, line, format!("mode must be enforce or shadow, not {other:?}")));
+            Mode::Enforce
+        }
+    };
+    if let Some((line, t)) = fields.get("tier") {
+        if *t != tier.as_str() {
+            errs.push(meta_error(
+                &src.path,
+                *line,
+                format!("tier {t:?} does not match the directory {:?}", tier.as_str()),
+            ));
+        }
+    }
+    let split = |v: &str| -> Vec<String> {
+        v.split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    let apps = fields.get("apps").map(|x| split(x.1)).filter(|a| !a.iter().any(|x| x == "*"));
+    let routes = fields.get("routes").map(|x| split(x.1)).unwrap_or_default();
+    for r in &routes {
+        if !r.starts_with('/') {
+            let line = fields["routes"].0;
+            errs.push(meta_error(&src.path, line, format!("route {r:?} must start with '/'")));
+        }
+    }
+    if errs.len() > before {
+        return None;
+    }
+    Some(RuleMeta {
+        name,
+        tier: tier.as_str(),
+        priority,
+        mode,
+        owner,
+        description,
+        apps,
+        routes,
+        file: src.path.clone(),
+    })
+}
+
+/// Lint: calls of functions that are neither helpers, standard-library functions nor defined in
+/// the script. A small scanner that skips strings and comments and looks for `ident(` not preceded
+/// by `.` (method calls resolve against the value's type) or `fn `.
+fn unknown_calls(src: &Source, engine: &rhai::Engine) -> Vec<RuleError> {
+    let text = &src.text;
+    let bytes = text.as_bytes();
+    let mut defined: Vec<&str> = Vec::new();
+    let mut calls: Vec<(usize, &str)> = Vec::new();
+    let mut i = 0;
+    let (mut prev_dot, mut prev_fn) = (false, false);
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c == b'/' && bytes.get(i + 1) == Some(&b'/') {
+            while i < bytes.len() && bytes[i] != b'\n' {
+                i += 1;
+            }
+            continue;
+        }
+        if c == b'/' && bytes.get(i + 1) == Some(&b'*') {
+            i += 2;
+            while i + 1 < bytes.len() && !(bytes[i] == b'*' && bytes[i + 1] == b'/') {
+                i += 1;
+            }
+            i += 2;
+            continue;
+        }
+        if c == b'"' || c == b'`' || c == b'\'' {
+            i += 1;
+            while i < bytes.len() && bytes[i] != c {
+                if bytes[i] == b'\\' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            i += 1;
+            prev_dot = false;
+            continue;
+        }
+        if c.is_ascii_alphabetic() || c == b'_' {
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+            let ident = &text[start..i];
+            let mut j = i;
+            while j < bytes.len() && bytes[j] == b' ' {
+                j += 1;
+            }
+            let is_call = bytes.get(j) == Some(&b'(') || bytes.get(j) == Some(&b'!');
+            if prev_fn {
+                defined.push(ident);
+            } else if is_call && !prev_dot {
+                calls.push((start, ident));
+            }
+            prev_fn = ident == "fn";
+            prev_dot = false;
+            continue;
+        }
+        if !c.is_ascii_whitespace() {
+            prev_dot = c == b'.';
+            prev_fn = false;
+        }
+        i += 1;
+    }
+    const KEYWORDS: &[&str] = &[
+        "if", "else", "while", "loop", "for", "in", "return", "switch", "fn", "let", "const",
+        "throw", "try", "catch", "break", "continue", "do", "until", "print", "debug", "type_of",
+        "is_def_var", "is_def_fn", "Fn", "call", "curry", "eval", "this",
+    ];
+    let known_std: std::collections::HashSet<String> = engine
+        .gen_fn_signatures(false)
+        .into_iter()
+        .filter_map(|sig| sig.split('(').next().map(|n| n.trim().to_string()))
+        .collect();
+    calls
+        .into_iter()
+        .filter(|(_, name)| {
+            !KEYWORDS.contains(name)
+                && !HELPERS.contains(name)
+                && !defined.contains(name)
+                && !known_std.contains(*name)
+        })
+        .map(|(offset, name)| {
+            let line = text[..offset].matches('\n').count() + 1;
+            let column = offset - text[..offset].rfind('\n').map(|p| p + 1).unwrap_or(0) + 1;
+            RuleError {
+                file: src.path.clone(),
+                line,
+                column,
+                message: format!("unknown helper or function `{name}`"),
+            }
+        })
+        .collect()
+}
+
+impl RuleSet {
+    /// The empty rule set: every tier passes.
+    pub fn empty(settings: RuleSettings) -> RuleSet {
+        RuleSet {
+            version: "none".into(),
+            engine: build_engine(Arc::new(Lists::default())),
+            tiers: [
+                TierIndex::build(Vec::new()),
+                TierIndex::build(Vec::new()),
+                TierIndex::build(Vec::new()),
+            ],
+            settings,
+            evaluations: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        }
+    }
+
+    /// Compiles and validates a whole rule set. Returns every failure, located, or the set.
+    pub fn compile(sources: &[Source], settings: RuleSettings) -> Result<RuleSet, Vec<RuleError>> {
+        let mut errs = Vec::new();
+        let mut sorted: Vec<&Source> = sources.iter().collect();
+        sorted.sort_by(|a, b| a.path.cmp(&b.path));
+
+        // Version: content hash over every file, path and text.
+        let mut h = Sha256::new();
+        for s in &sorted {
+            h.update((s.path.len() as u64).to_le_bytes());
+            h.update(s.path.as_bytes());
+            h.update((s.text.len() as u64).to_le_bytes());
+            h.update(s.text.as_bytes());
+        }
+        let version = hex::encode(&h.finalize()[..8]);
+
+        // Lists first: rules refer to them.
+        let mut lists = Lists::default();
+        for s in sorted.iter().filter(|s| s.path.starts_with("lists/")) {
+            let file = s.path.trim_start_matches("lists/");
+            let Some((name, kind)) = file.rsplit_once('.') else {
+                errs.push(meta_error(&s.path, 1, "list files are lists/<name>.txt or lists/<name>.ips"));
+                continue;
+            };
+            match kind {
+                "txt" => {
+                    lists.strings.insert(name.to_string(), StringList::from_entries(list_entries(&s.text)));
+                }
+                "ips" => match IpList::from_entries(list_entries(&s.text)) {
+                    Ok(l) => {
+                        lists.ips.insert(name.to_string(), l);
+                    }
+                    Err(e) => {
+                        let line = s
+                            .text
+                            .lines()
+                            .position(|l| l.contains(e.split('"').nth(1).unwrap_or("\u{0}")))
+                            .map(|p| p + 1)
+                            .unwrap_or(1);
+                        errs.push(meta_error(&s.path, line, e));
+                    }
+                },
+                _ => errs.push(meta_error(&s.path, 1, "list files end in .txt (strings) or .ips (IP/CIDR)")),
+            }
+        }
+        let engine = build_engine(Arc::new(lists));
+
+        let mut per_tier: [Vec<Rule>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+        let mut names: HashMap<String, String> = HashMap::new();
+        for s in sorted.iter().filter(|s| s.path.ends_with(".rhai")) {
+            let tier = s.path.split('/').next().and_then(Tier::from_dir);
+            let Some(tier) = tier.filter(|_| s.path.matches('/').count() >= 1) else {
+                errs.push(meta_error(&s.path, 1, "rules live in edge/, gateway/ or business/"));
+                continue;
+            };
+            let meta = parse_meta(s, tier, &mut errs);
+            let mut compile_scope = Scope::new();
+            compile_scope.push_constant("req", Req::default());
+            let ast = match engine.compile_with_scope(&compile_scope, &s.text) {
+                Ok(ast) => Some(ast),
+                Err(e) => {
+                    let p = e.position();
+                    errs.push(RuleError {
+                        file: s.path.clone(),
+                        line: p.line().unwrap_or(1),
+                        column: p.position().unwrap_or(1),
+                        message: e.err_type().to_string(),
+                    });
+                    None
+                }
+            };
+            errs.extend(unknown_calls(s, &engine));
+            if let (Some(meta), Some(ast)) = (meta, ast) {
+                if let Some(first) = names.insert(meta.name.clone(), s.path.clone()) {
+                    errs.push(meta_error(&s.path, 1, format!("duplicate rule name {:?} (also in {first})", meta.name)));
+                    continue;
+                }
+                per_tier[tier.index()].push(Rule {
+                    meta,
+                    ast,
+                    errors: AtomicU64::new(0),
+                    hits: AtomicU64::new(0),
+                });
+            }
+        }
+        for s in sorted.iter() {
+            if !s.path.ends_with(".rhai") && !s.path.starts_with("lists/") && !s.path.ends_with(".md") {
+                errs.push(meta_error(&s.path, 1, "unexpected file in the rule set"));
+            }
+        }
+        if !errs.is_empty() {
+            errs.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+            errs.dedup();
+            return Err(errs);
+        }
+        let [e, g, b] = per_tier;
+        Ok(RuleSet {
+            version,
+            engine,
+            tiers: [TierIndex::build(e), TierIndex::build(g), TierIndex::build(b)],
+            settings,
+            evaluations: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        })
+    }
+
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    pub fn rule_count(&self) -> usize {
+        self.tiers.iter().map(|t| t.rules.len()).sum()
+    }
+
+    pub fn settings(&self) -> &RuleSettings {
+        &self.settings
+    }
+
+    /// Rule metadata and counters, in tier and priority order.
+    pub fn rules(&self) -> Vec<RuleInfo> {
+        self.tiers
+            .iter()
+            .flat_map(|t| t.rules.iter())
+            .map(|r| RuleInfo {
+                meta: r.meta.clone(),
+                hits: r.hits.load(Ordering::Relaxed),
+                errors: r.errors.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    /// Total rule evaluations and errors (errors include bound violations).
+    pub fn counters(&self) -> (u64, u64) {
+        (
+            self.evaluations.load(Ordering::Relaxed),
+            self.errors.load(Ordering::Relaxed),
+        )
+    }
+
+    fn eval(&self, rule: &Rule, scope: &mut Scope<'_>) -> Result<Option<Outcome>, String> {
+        self.evaluations.fetch_add(1, Ordering::Relaxed);
+        let base = scope.len();
+        let result = self.engine.eval_ast_with_scope::<Dynamic>(scope, &rule.ast);
+        scope.rewind(base);
+        match result {
+            Ok(v) if v.is_unit() => Ok(None),
+            Ok(v) => match v.try_cast::<Outcome>() {
+                Some(o) => Ok(Some(o)),
+                None => Err("the rule must end with allow(), deny(…), challenge(…), review(…), score(…) or nothing".into()),
+            },
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Evaluates one tier for `req`.
+    pub fn evaluate_tier(&self, tier: Tier, req: &Req, session: &mut RuleSession) -> Option<Verdict> {
+        let index = &self.tiers[tier.index()];
+        let ids = index.for_app(&req.app);
+        if ids.is_empty() {
+            return None;
+        }
+        let mut scope = Scope::new();
+        scope.push_constant("req", req.clone());
+        for &i in ids {
+            let rule = &index.rules[i];
+            if !rule.applies_to_route(&req.path) {
+                continue;
+            }
+            let outcome = match self.eval(rule, &mut scope) {
+                Ok(o) => o,
+                Err(msg) => {
+                    rule.errors.fetch_add(1, Ordering::Relaxed);
+                    self.errors.fetch_add(1, Ordering::Relaxed);
+                    session.errors += 1;
+                    if rule.meta.mode == Mode::Enforce && self.settings.on_error[tier.index()] == FailPolicy::Deny {
+                        return Some(Verdict::reject(
+                            tier.step(),
+                            Action::Deny,
+                            Code::RuleDeny,
+                            &rule.meta.name,
+                            Reason::new(format!("rule failed and the {} tier fails closed: {msg}", tier.as_str())),
+                        ));
+                    }
+                    continue;
+                }
+            };
+            let Some(outcome) = outcome else { continue };
+            rule.hits.fetch_add(1, Ordering::Relaxed);
+            if rule.meta.mode == Mode::Shadow {
+                if let Outcome::Terminal { action, code, reason } = &outcome {
+                    session.shadow.push(ShadowHit {
+                        tier: tier.as_str().into(),
+                        rule: rule.meta.name.clone(),
+                        action: *action,
+                        code: *code,
+                        reason: reason.clone(),
+                    });
+                }
+                continue;
+            }
+            match outcome {
+                Outcome::Allow => return None,
+                Outcome::Score { points, reason } => {
+                    session.score += points;
+                    session.reasons.push(Reason::new(format!("{} (+{points}): {reason}", rule.meta.name)));
+                }
+                Outcome::Terminal { action, code, reason } => {
+                    return Some(Verdict::reject(tier.step(), action, code, &rule.meta.name, Reason::new(reason)));
+                }
+            }
+        }
+        None
+    }
+
+    /// After the business tier: the accumulated score against the thresholds.
+    pub fn finish(&self, session: &mut RuleSession) -> Option<Verdict> {
+        let s = &self.settings;
+        let (action, code) = if session.score >= s.deny_score {
+            (Action::Deny, Code::RuleDeny)
+        } else if session.score >= s.review_score {
+            (Action::Review, Code::RuleReview)
+        } else if session.score >= s.challenge_score {
+            (Action::Challenge, Code::RuleChallenge)
+        } else {
+            return None;
+        };
+        let mut v = Verdict::reject(
+            Step::Business,
+            action,
+            code,
+            "score",
+            Reason::new(format!("risk score {}", session.score)),
+        );
+        v.reasons.append(&mut session.reasons);
+        Some(v)
+    }
+}
+
+/// Per-decision state while the tiers run.
+#[derive(Debug, Default)]
+pub struct RuleSession {
+    pub score: i64,
+    pub reasons: Vec<Reason>,
+    pub shadow: Vec<ShadowHit>,
+    pub errors: u64,
+}
+
+/// The live rule set: one immutable snapshot, swapped whole.
+pub struct LiveRules {
+    current: ArcSwap<RuleSet>,
+}
+
+impl LiveRules {
+    pub fn new(set: RuleSet) -> Self {
+        LiveRules {
+            current: ArcSwap::from_pointee(set),
+        }
+    }
+
+    pub fn empty() -> Self {
+        Self::new(RuleSet::empty(RuleSettings::default()))
+    }
+
+    /// The snapshot a decision uses from its first tier to its last.
+    pub fn snapshot(&self) -> Arc<RuleSet> {
+        self.current.load_full()
+    }
+
+    /// Publishes a new set; returns the previous one.
+    pub fn swap(&self, set: RuleSet) -> Arc<RuleSet> {
+        self.current.swap(Arc::new(set))
+    }
+}
+
+impl std::fmt::Debug for LiveRules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveRules")
+            .field("version", &self.snapshot().version())
+            .finish()
+    }
+}

@@ -1,0 +1,285 @@
+//! The rule runtime: validation with located errors, tiers, priorities, scoping, shadow mode,
+//! scores, lists, bounds and per-tier error defaults — through the whole decision path.
+
+use std::sync::Arc;
+
+use rampart_core::bloom::SlicedBloomConfig;
+use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy};
+use rampart_core::fingerprint::LocalFingerprintStore;
+use rampart_core::model::{Action, Code, DecideRequest, JudgedRequest};
+use rampart_core::nonce::BloomNonceStore;
+use rampart_core::rules::{LiveRules, RuleSet, RuleSettings, Source};
+use rampart_core::sign::{sign, ToSign};
+use rampart_core::{Engine, Step};
+
+const SECRET: &[u8] = b"rules-secret";
+
+fn src(path: &str, text: &str) -> Source {
+    Source {
+        path: path.into(),
+        text: text.into(),
+    }
+}
+
+fn rule(path: &str, name: &str, priority: i64, extra_meta: &str, body: &str) -> Source {
+    src(
+        path,
+        &format!(
+            "//! name: {name}\n//! priority: {priority}\n//! owner: test\n//! description: test rule\n{extra_meta}{body}\n"
+        ),
+    )
+}
+
+fn engine_with(set: RuleSet) -> (Engine, Arc<LiveRules>) {
+    let live = Arc::new(LiveRules::new(set));
+    let e = Engine::new(
+        EngineSettings {
+            apps: vec![
+                AppPolicy::new("shop", SECRET, 5_000),
+                AppPolicy::new("pay", SECRET, 5_000),
+            ],
+            routes: vec![],
+            default_dedup: DedupPolicy {
+                window_ms: 0,
+                ..DedupPolicy::default()
+            },
+            on_store_error: FailPolicy::Deny,
+            challenge_status: 403,
+        },
+        Arc::new(BloomNonceStore::new(
+            SlicedBloomConfig {
+                expected_rps: 10_000,
+                slice_ms: 100,
+                retention_ms: 10_000,
+                max_window_ms: 5_000,
+                target_fp: 1e-6,
+            },
+            5,
+        )),
+        Arc::new(LocalFingerprintStore::new(1000)),
+        live.clone(),
+    );
+    (e, live)
+}
+
+static NONCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn request(app: &str, path: &str, ip: &str, ua: &str, signed: bool) -> DecideRequest {
+    let n = NONCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nonce = format!("rules-nonce-{n:08}");
+    let mut r = JudgedRequest {
+        method: "POST".into(),
+        path: path.into(),
+        body: Some("{}".into()),
+        ..Default::default()
+    };
+    if signed {
+        let h = sign(
+            SECRET,
+            &ToSign {
+                app,
+                method: "POST",
+                path,
+                query: "",
+                body: b"{}",
+                timestamp_ms: 1_000_000,
+                nonce: &nonce,
+            },
+        );
+        r.headers.insert("x-timestamp".into(), h.timestamp);
+        r.headers.insert("x-nonce".into(), h.nonce);
+        r.headers.insert("x-signature".into(), h.signature);
+    }
+    let mut d = DecideRequest {
+        app: app.into(),
+        request: r,
+        user_id: Some("u1".into()),
+        ..Default::default()
+    };
+    d.client.ip = Some(ip.into());
+    d.client.user_agent = Some(ua.into());
+    d
+}
+
+fn compile(sources: &[Source]) -> RuleSet {
+    RuleSet::compile(sources, RuleSettings::default()).unwrap_or_else(|e| panic!("{e:#?}"))
+}
+
+#[test]
+fn broken_sets_report_every_failure_with_file_line_and_column() {
+    let errs = RuleSet::compile(
+        &[
+            rule("edge/syntax.rhai", "syntax", 1, "", "if req.ip == { deny(\"x\") }"),
+            rule("edge/unknown.rhai", "unknown", 2, "", "let x = 1;\nif launch_missiles(req.ip) { deny(\"x\") }"),
+            src("edge/nometa.rhai", "deny(\"x\")"),
+            rule("gateway/dup.rhai", "same", 1, "", "()"),
+            rule("business/dup.rhai", "same", 1, "", "()"),
+            rule("edge/var.rhai", "var", 3, "", "if undefined_variable > 1 { deny(\"x\") }"),
+            rule("nowhere/x.rhai", "nowhere", 1, "", "()"),
+            src("lists/bad.ips", "10.0.0.0/8\nnot-an-ip\n"),
+            rule("edge/mode.rhai", "mode", 1, "//! mode: sometimes\n", "()"),
+        ],
+        RuleSettings::default(),
+    )
+    .unwrap_err();
+    let shown: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+    let has = |needle: &str| shown.iter().any(|s| s.contains(needle));
+    assert!(has("edge/syntax.rhai:6:1: Expecting"), "{shown:#?}");
+    assert!(has("edge/unknown.rhai:6:4: unknown helper or function `launch_missiles`"), "{shown:#?}");
+    assert!(has("edge/nometa.rhai:1:1: missing metadata `//! name"), "{shown:#?}");
+    assert!(has("duplicate rule name \"same\""), "{shown:#?}");
+    assert!(has("edge/var.rhai:5:"), "{shown:#?}");
+    assert!(has("nowhere/x.rhai:1:1: rules live in edge/, gateway/ or business/"), "{shown:#?}");
+    assert!(has("lists/bad.ips:2:1"), "{shown:#?}");
+    assert!(has("edge/mode.rhai:5:1: mode must be enforce or shadow"), "{shown:#?}");
+}
+
+#[test]
+fn tiers_run_in_order_and_the_first_terminal_action_wins() {
+    let set = compile(&[
+        src("lists/blocked.ips", "203.0.113.0/24\n"),
+        src("lists/scanners.txt", "sqlmap\nnikto\n"),
+        rule("edge/blocklist.rhai", "ip-blocklist", 10, "", "if ip_in(\"blocked\", req.ip) { deny(\"blocked network\") }"),
+        rule("edge/scanner.rhai", "scanner-ua", 20, "", "if contains_any(\"scanners\", req.user_agent) { deny(\"scanner\") }"),
+        rule("gateway/challenge.rhai", "odd-path", 10, "", "if req.path.contains(\"admin\") { challenge(\"odd path\") }"),
+        rule("business/review.rhai", "big-order", 10, "", "if req.path == \"/api/review\" { review(\"manual check\") }"),
+    ]);
+    let (e, _) = engine_with(set);
+    let v = e.decide(&request("shop", "/api/order", "203.0.113.9", "Mozilla", false), 1_000_000).unwrap();
+    assert_eq!((v.code, v.step, v.rule.as_deref()), (Code::RuleDeny, Step::Edge, Some("ip-blocklist")));
+    assert_eq!(v.tier, Some("edge"));
+    // Edge runs before the signature: an unsigned scanner is stopped by the edge, not the signature.
+    let v = e.decide(&request("shop", "/api/order", "198.51.100.1", "sqlmap/1.7", false), 1_000_000).unwrap();
+    assert_eq!(v.rule.as_deref(), Some("scanner-ua"));
+    let v = e.decide(&request("shop", "/admin", "198.51.100.1", "Mozilla", true), 1_000_000).unwrap();
+    assert_eq!((v.action, v.code, v.status, v.tier), (Action::Challenge, Code::RuleChallenge, 403, Some("gateway")));
+    let v = e.decide(&request("shop", "/api/review", "198.51.100.1", "Mozilla", true), 1_000_000).unwrap();
+    assert_eq!((v.action, v.code, v.status), (Action::Review, Code::RuleReview, 200));
+    let v = e.decide(&request("shop", "/api/order", "198.51.100.1", "Mozilla", true), 1_000_000).unwrap();
+    assert_eq!(v.code, Code::Ok);
+    assert!(!v.ruleset_version.is_empty() && v.ruleset_version != "none");
+}
+
+#[test]
+fn priorities_order_rules_within_a_tier_and_allow_ends_the_tier() {
+    let set = compile(&[
+        rule("edge/b.rhai", "second", 20, "", "deny(\"second\")"),
+        rule("edge/a.rhai", "first", 10, "", "if req.ip == \"192.0.2.1\" { allow() } else { deny(\"first\") }"),
+    ]);
+    let (e, _) = engine_with(set);
+    let v = e.decide(&request("shop", "/x", "192.0.2.2", "ua", true), 1_000_000).unwrap();
+    assert_eq!(v.rule.as_deref(), Some("first"));
+    let v = e.decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000).unwrap();
+    assert_eq!(v.code, Code::Ok, "allow() skipped the rest of the edge tier");
+}
+
+#[test]
+fn rules_scoped_to_apps_and_routes_are_not_evaluated_elsewhere() {
+    let set = compile(&[
+        rule("gateway/pay.rhai", "pay-only", 10, "//! apps: pay\n//! routes: /api/pay/*, /checkout\n", "deny(\"pay route\")"),
+    ]);
+    let (e, live) = engine_with(set);
+    for (app, path) in [("shop", "/api/pay/x"), ("pay", "/api/order"), ("pay", "/checkout/2")] {
+        let v = e.decide(&request(app, path, "192.0.2.1", "ua", true), 1_000_000).unwrap();
+        assert_eq!(v.code, Code::Ok, "{app} {path}");
+    }
+    let snap = live.snapshot();
+    assert_eq!(snap.counters().0, 0, "out-of-scope rules are never evaluated");
+    for path in ["/api/pay/x", "/checkout"] {
+        let v = e.decide(&request("pay", path, "192.0.2.1", "ua", true), 1_000_000).unwrap();
+        assert_eq!(v.rule.as_deref(), Some("pay-only"), "{path}");
+    }
+    assert_eq!(snap.counters().0, 2);
+}
+
+#[test]
+fn shadow_rules_never_change_the_action() {
+    let set = compile(&[
+        rule("edge/s.rhai", "shadow-deny", 10, "//! mode: shadow\n", "deny(\"would deny\")"),
+        rule("business/s.rhai", "shadow-review", 10, "//! mode: shadow\n", "review(\"would review\")"),
+    ]);
+    let (e, _) = engine_with(set);
+    let v = e.decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000).unwrap();
+    assert_eq!((v.action, v.code), (Action::Allow, Code::Ok));
+    let names: Vec<&str> = v.shadow.iter().map(|s| s.rule.as_str()).collect();
+    assert_eq!(names, ["shadow-deny", "shadow-review"]);
+    assert_eq!(v.shadow[0].action, Action::Deny);
+    // Also when another step rejects: the shadow hits seen so far are reported.
+    let v = e.decide(&request("shop", "/x", "192.0.2.1", "ua", false), 1_000_000).unwrap();
+    assert_eq!(v.code, Code::SignatureMissing);
+    assert_eq!(v.shadow.len(), 1);
+}
+
+#[test]
+fn scores_add_up_across_tiers_to_the_thresholds() {
+    let set = compile(&[
+        rule("edge/a.rhai", "new-device", 10, "", "score(30, \"new device\")"),
+        rule("gateway/b.rhai", "odd-hour", 10, "", "if req.path == \"/big\" { score(45, \"odd\") }"),
+        rule("business/c.rhai", "big", 10, "", "if req.path == \"/big\" && req.ip == \"192.0.2.9\" { score(40, \"big\") }"),
+    ]);
+    let (e, _) = engine_with(set);
+    let v = e.decide(&request("shop", "/small", "192.0.2.1", "ua", true), 1_000_000).unwrap();
+    assert_eq!(v.code, Code::Ok, "30 < challenge threshold 40");
+    let v = e.decide(&request("shop", "/big", "192.0.2.1", "ua", true), 1_000_000).unwrap();
+    assert_eq!((v.action, v.code, v.rule.as_deref()), (Action::Review, Code::RuleReview, Some("score")), "75");
+    let v = e.decide(&request("shop", "/big", "192.0.2.9", "ua", true), 1_000_000).unwrap();
+    assert_eq!((v.action, v.code), (Action::Deny, Code::RuleDeny), "115");
+    assert!(v.reasons.len() >= 4, "{:?}", v.reasons);
+}
+
+#[test]
+fn runaway_scripts_are_cut_off_and_answered_by_the_tier_default() {
+    let sources = [
+        rule("edge/loop.rhai", "infinite-loop", 10, "", "loop { }"),
+        rule("edge/grow.rhai", "string-growth", 20, "", "let s = \"x\"; loop { s += s; }"),
+        rule("edge/garbage.rhai", "garbage", 30, "", "ip_in(\"no-such-list\", 42)"),
+        rule("edge/badcode.rhai", "bad-code", 40, "", "deny(\"NOT_A_CODE\", \"x\")"),
+        rule("edge/notanaction.rhai", "not-an-action", 50, "", "42"),
+    ];
+    // Fail-open edge: every broken rule is counted and skipped.
+    let (e, live) = engine_with(compile(&sources));
+    let t = std::time::Instant::now();
+    let v = e.decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000).unwrap();
+    assert_eq!(v.code, Code::Ok);
+    assert!(t.elapsed() < std::time::Duration::from_secs(5), "bounded");
+    assert_eq!(live.snapshot().counters().1, 5);
+    assert!(live.snapshot().rules().iter().all(|r| r.errors == 1));
+    // Fail-closed edge: the first broken rule denies.
+    let settings = RuleSettings {
+        on_error: [FailPolicy::Deny, FailPolicy::Allow, FailPolicy::Allow],
+        ..RuleSettings::default()
+    };
+    let (e, _) = engine_with(RuleSet::compile(&sources, settings).unwrap());
+    let v = e.decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000).unwrap();
+    assert_eq!((v.code, v.rule.as_deref()), (Code::RuleDeny, Some("infinite-loop")));
+}
+
+#[test]
+fn helpers_see_the_typed_request() {
+    let set = compile(&[rule(
+        "business/p.rhai",
+        "params",
+        10,
+        "",
+        "if req.param(\"qty\") > 5 && req.header(\"X-Coupon\") == \"SPRING\" && req.user == \"u1\" && req.method == \"POST\" { deny(\"QUOTA_EXHAUSTED\", \"too many\") }",
+    )]);
+    let (e, _) = engine_with(set);
+    let mut r = request("shop", "/x", "192.0.2.1", "ua", true);
+    r.params = Some(serde_json::json!({"qty": 6}));
+    r.request.headers.insert("x-coupon".into(), "SPRING".into());
+    let v = e.decide(&r, 1_000_000).unwrap();
+    assert_eq!((v.code, v.status), (Code::QuotaExhausted, 409));
+}
+
+#[test]
+fn swapping_the_live_set_is_atomic_per_decision() {
+    let a = compile(&[rule("edge/a.rhai", "a", 1, "", "()")]);
+    let b = compile(&[rule("edge/b.rhai", "b", 1, "", "deny(\"b\")")]);
+    let (e, live) = engine_with(a);
+    let va = e.decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000).unwrap();
+    live.swap(b);
+    let vb = e.decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000).unwrap();
+    assert_eq!(va.code, Code::Ok);
+    assert_eq!(vb.rule.as_deref(), Some("b"));
+    assert_ne!(va.ruleset_version, vb.ruleset_version);
+}
