@@ -345,15 +345,15 @@ impl Engine {
                     .map(|(k, _)| k)
                     .collect();
                 return Verdict::reject(
-                        Step::Signature,
-                        Action::Deny,
-                        Code::SignatureMissing,
-                        "signature",
-                        Reason::new(format!(
-                            "missing anti-replay header(s): {}",
-                            missing.join(", ")
-                        )),
-                    );
+                    Step::Signature,
+                    Action::Deny,
+                    Code::SignatureMissing,
+                    "signature",
+                    Reason::new(format!(
+                        "missing anti-replay header(s): {}",
+                        missing.join(", ")
+                    )),
+                );
             }
         };
         // Warm the nonce filter's cache line now: the HMAC below takes long enough to hide the miss.
@@ -365,16 +365,16 @@ impl Engine {
             query: &r.query,
             timestamp: ts_raw,
             nonce,
-            body_sha256: &body_hash,
+            body_sha256: body_hash,
         };
         if let Err(e) = app.signer.verify(&fields, sig) {
             return Verdict::reject(
-                    Step::Signature,
-                    Action::Deny,
-                    Code::SignatureInvalid,
-                    "signature",
-                    Reason::new(e.to_string()),
-                );
+                Step::Signature,
+                Action::Deny,
+                Code::SignatureInvalid,
+                "signature",
+                Reason::new(e.to_string()),
+            );
         }
 
         // 3. Time window.
@@ -404,12 +404,12 @@ impl Engine {
         // 4. Nonce de-duplication: the first write to shared state.
         if let Err(msg) = validate_nonce(nonce) {
             return Verdict::reject(
-                    Step::Nonce,
-                    Action::Deny,
-                    Code::NonceInvalid,
-                    "nonce",
-                    Reason::new(msg),
-                );
+                Step::Nonce,
+                Action::Deny,
+                Code::NonceInvalid,
+                "nonce",
+                Reason::new(msg),
+            );
         }
         let mut degraded = false;
         match self
@@ -419,12 +419,12 @@ impl Engine {
             Ok(NonceVerdict::Fresh) => {}
             Ok(NonceVerdict::Replay) => {
                 return Verdict::reject(
-                        Step::Nonce,
-                        Action::Deny,
-                        Code::ReplayDuplicate,
-                        "nonce",
-                        Reason::new("this (app, x-nonce) was already used: replayed request"),
-                    );
+                    Step::Nonce,
+                    Action::Deny,
+                    Code::ReplayDuplicate,
+                    "nonce",
+                    Reason::new("this (app, x-nonce) was already used: replayed request"),
+                );
             }
             Ok(NonceVerdict::OutOfRange) => {
                 return skew_verdict(now_ms, skew, app.window_ms);
@@ -446,7 +446,7 @@ impl Engine {
         if let Some(user) = user.as_deref() {
             let method = r.method.to_ascii_uppercase();
             if dedup.window_ms > 0 && dedup.methods.contains(&method) {
-                let params = submission_params(req, &body_hash, &dedup.volatile_fields);
+                let params = submission_params(req, body_hash, &dedup.volatile_fields);
                 let query = canonical_query(&r.query);
                 let fp = fingerprint(&Submission {
                     app: &app.id,

@@ -109,12 +109,30 @@ fn compile(sources: &[Source]) -> RuleSet {
 fn broken_sets_report_every_failure_with_file_line_and_column() {
     let errs = RuleSet::compile(
         &[
-            rule("edge/syntax.rhai", "syntax", 1, "", "if req.ip == { deny(\"x\") }"),
-            rule("edge/unknown.rhai", "unknown", 2, "", "let x = 1;\nif launch_missiles(req.ip) { deny(\"x\") }"),
+            rule(
+                "edge/syntax.rhai",
+                "syntax",
+                1,
+                "",
+                "if req.ip == { deny(\"x\") }",
+            ),
+            rule(
+                "edge/unknown.rhai",
+                "unknown",
+                2,
+                "",
+                "let x = 1;\nif launch_missiles(req.ip) { deny(\"x\") }",
+            ),
             src("edge/nometa.rhai", "deny(\"x\")"),
             rule("gateway/dup.rhai", "same", 1, "", "()"),
             rule("business/dup.rhai", "same", 1, "", "()"),
-            rule("edge/var.rhai", "var", 3, "", "if undefined_variable > 1 { deny(\"x\") }"),
+            rule(
+                "edge/var.rhai",
+                "var",
+                3,
+                "",
+                "if undefined_variable > 1 { deny(\"x\") }",
+            ),
             rule("nowhere/x.rhai", "nowhere", 1, "", "()"),
             src("lists/bad.ips", "10.0.0.0/8\nnot-an-ip\n"),
             rule("edge/mode.rhai", "mode", 1, "//! mode: sometimes\n", "()"),
@@ -125,13 +143,25 @@ fn broken_sets_report_every_failure_with_file_line_and_column() {
     let shown: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
     let has = |needle: &str| shown.iter().any(|s| s.contains(needle));
     assert!(has("edge/syntax.rhai:6:1: Expecting"), "{shown:#?}");
-    assert!(has("edge/unknown.rhai:6:4: unknown helper or function `launch_missiles`"), "{shown:#?}");
-    assert!(has("edge/nometa.rhai:1:1: missing metadata `//! name"), "{shown:#?}");
+    assert!(
+        has("edge/unknown.rhai:6:4: unknown helper or function `launch_missiles`"),
+        "{shown:#?}"
+    );
+    assert!(
+        has("edge/nometa.rhai:1:1: missing metadata `//! name"),
+        "{shown:#?}"
+    );
     assert!(has("duplicate rule name \"same\""), "{shown:#?}");
     assert!(has("edge/var.rhai:5:"), "{shown:#?}");
-    assert!(has("nowhere/x.rhai:1:1: rules live in edge/, gateway/ or business/"), "{shown:#?}");
+    assert!(
+        has("nowhere/x.rhai:1:1: rules live in edge/, gateway/ or business/"),
+        "{shown:#?}"
+    );
     assert!(has("lists/bad.ips:2:1"), "{shown:#?}");
-    assert!(has("edge/mode.rhai:5:1: mode must be enforce or shadow"), "{shown:#?}");
+    assert!(
+        has("edge/mode.rhai:5:1: mode must be enforce or shadow"),
+        "{shown:#?}"
+    );
 }
 
 #[test]
@@ -139,23 +169,81 @@ fn tiers_run_in_order_and_the_first_terminal_action_wins() {
     let set = compile(&[
         src("lists/blocked.ips", "203.0.113.0/24\n"),
         src("lists/scanners.txt", "sqlmap\nnikto\n"),
-        rule("edge/blocklist.rhai", "ip-blocklist", 10, "", "if ip_in(\"blocked\", req.ip) { deny(\"blocked network\") }"),
-        rule("edge/scanner.rhai", "scanner-ua", 20, "", "if contains_any(\"scanners\", req.user_agent) { deny(\"scanner\") }"),
-        rule("gateway/challenge.rhai", "odd-path", 10, "", "if req.path.contains(\"admin\") { challenge(\"odd path\") }"),
-        rule("business/review.rhai", "big-order", 10, "", "if req.path == \"/api/review\" { review(\"manual check\") }"),
+        rule(
+            "edge/blocklist.rhai",
+            "ip-blocklist",
+            10,
+            "",
+            "if ip_in(\"blocked\", req.ip) { deny(\"blocked network\") }",
+        ),
+        rule(
+            "edge/scanner.rhai",
+            "scanner-ua",
+            20,
+            "",
+            "if contains_any(\"scanners\", req.user_agent) { deny(\"scanner\") }",
+        ),
+        rule(
+            "gateway/challenge.rhai",
+            "odd-path",
+            10,
+            "",
+            "if req.path.contains(\"admin\") { challenge(\"odd path\") }",
+        ),
+        rule(
+            "business/review.rhai",
+            "big-order",
+            10,
+            "",
+            "if req.path == \"/api/review\" { review(\"manual check\") }",
+        ),
     ]);
     let (e, _) = engine_with(set);
-    let v = e.decide(&request("shop", "/api/order", "203.0.113.9", "Mozilla", false), 1_000_000).unwrap();
-    assert_eq!((v.code, v.step, v.rule.as_deref()), (Code::RuleDeny, Step::Edge, Some("ip-blocklist")));
+    let v = e
+        .decide(
+            &request("shop", "/api/order", "203.0.113.9", "Mozilla", false),
+            1_000_000,
+        )
+        .unwrap();
+    assert_eq!(
+        (v.code, v.step, v.rule.as_deref()),
+        (Code::RuleDeny, Step::Edge, Some("ip-blocklist"))
+    );
     assert_eq!(v.tier, Some("edge"));
     // Edge runs before the signature: an unsigned scanner is stopped by the edge, not the signature.
-    let v = e.decide(&request("shop", "/api/order", "198.51.100.1", "sqlmap/1.7", false), 1_000_000).unwrap();
+    let v = e
+        .decide(
+            &request("shop", "/api/order", "198.51.100.1", "sqlmap/1.7", false),
+            1_000_000,
+        )
+        .unwrap();
     assert_eq!(v.rule.as_deref(), Some("scanner-ua"));
-    let v = e.decide(&request("shop", "/admin", "198.51.100.1", "Mozilla", true), 1_000_000).unwrap();
-    assert_eq!((v.action, v.code, v.status, v.tier), (Action::Challenge, Code::RuleChallenge, 403, Some("gateway")));
-    let v = e.decide(&request("shop", "/api/review", "198.51.100.1", "Mozilla", true), 1_000_000).unwrap();
-    assert_eq!((v.action, v.code, v.status), (Action::Review, Code::RuleReview, 200));
-    let v = e.decide(&request("shop", "/api/order", "198.51.100.1", "Mozilla", true), 1_000_000).unwrap();
+    let v = e
+        .decide(
+            &request("shop", "/admin", "198.51.100.1", "Mozilla", true),
+            1_000_000,
+        )
+        .unwrap();
+    assert_eq!(
+        (v.action, v.code, v.status, v.tier),
+        (Action::Challenge, Code::RuleChallenge, 403, Some("gateway"))
+    );
+    let v = e
+        .decide(
+            &request("shop", "/api/review", "198.51.100.1", "Mozilla", true),
+            1_000_000,
+        )
+        .unwrap();
+    assert_eq!(
+        (v.action, v.code, v.status),
+        (Action::Review, Code::RuleReview, 200)
+    );
+    let v = e
+        .decide(
+            &request("shop", "/api/order", "198.51.100.1", "Mozilla", true),
+            1_000_000,
+        )
+        .unwrap();
     assert_eq!(v.code, Code::Ok);
     assert!(!v.ruleset_version.is_empty() && v.ruleset_version != "none");
 }
@@ -164,29 +252,59 @@ fn tiers_run_in_order_and_the_first_terminal_action_wins() {
 fn priorities_order_rules_within_a_tier_and_allow_ends_the_tier() {
     let set = compile(&[
         rule("edge/b.rhai", "second", 20, "", "deny(\"second\")"),
-        rule("edge/a.rhai", "first", 10, "", "if req.ip == \"192.0.2.1\" { allow() } else { deny(\"first\") }"),
+        rule(
+            "edge/a.rhai",
+            "first",
+            10,
+            "",
+            "if req.ip == \"192.0.2.1\" { allow() } else { deny(\"first\") }",
+        ),
     ]);
     let (e, _) = engine_with(set);
-    let v = e.decide(&request("shop", "/x", "192.0.2.2", "ua", true), 1_000_000).unwrap();
+    let v = e
+        .decide(&request("shop", "/x", "192.0.2.2", "ua", true), 1_000_000)
+        .unwrap();
     assert_eq!(v.rule.as_deref(), Some("first"));
-    let v = e.decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000).unwrap();
-    assert_eq!(v.code, Code::Ok, "allow() skipped the rest of the edge tier");
+    let v = e
+        .decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000)
+        .unwrap();
+    assert_eq!(
+        v.code,
+        Code::Ok,
+        "allow() skipped the rest of the edge tier"
+    );
 }
 
 #[test]
 fn rules_scoped_to_apps_and_routes_are_not_evaluated_elsewhere() {
-    let set = compile(&[
-        rule("gateway/pay.rhai", "pay-only", 10, "//! apps: pay\n//! routes: /api/pay/*, /checkout\n", "deny(\"pay route\")"),
-    ]);
+    let set = compile(&[rule(
+        "gateway/pay.rhai",
+        "pay-only",
+        10,
+        "//! apps: pay\n//! routes: /api/pay/*, /checkout\n",
+        "deny(\"pay route\")",
+    )]);
     let (e, live) = engine_with(set);
-    for (app, path) in [("shop", "/api/pay/x"), ("pay", "/api/order"), ("pay", "/checkout/2")] {
-        let v = e.decide(&request(app, path, "192.0.2.1", "ua", true), 1_000_000).unwrap();
+    for (app, path) in [
+        ("shop", "/api/pay/x"),
+        ("pay", "/api/order"),
+        ("pay", "/checkout/2"),
+    ] {
+        let v = e
+            .decide(&request(app, path, "192.0.2.1", "ua", true), 1_000_000)
+            .unwrap();
         assert_eq!(v.code, Code::Ok, "{app} {path}");
     }
     let snap = live.snapshot();
-    assert_eq!(snap.counters().0, 0, "out-of-scope rules are never evaluated");
+    assert_eq!(
+        snap.counters().0,
+        0,
+        "out-of-scope rules are never evaluated"
+    );
     for path in ["/api/pay/x", "/checkout"] {
-        let v = e.decide(&request("pay", path, "192.0.2.1", "ua", true), 1_000_000).unwrap();
+        let v = e
+            .decide(&request("pay", path, "192.0.2.1", "ua", true), 1_000_000)
+            .unwrap();
         assert_eq!(v.rule.as_deref(), Some("pay-only"), "{path}");
     }
     assert_eq!(snap.counters().0, 2);
@@ -195,17 +313,33 @@ fn rules_scoped_to_apps_and_routes_are_not_evaluated_elsewhere() {
 #[test]
 fn shadow_rules_never_change_the_action() {
     let set = compile(&[
-        rule("edge/s.rhai", "shadow-deny", 10, "//! mode: shadow\n", "deny(\"would deny\")"),
-        rule("business/s.rhai", "shadow-review", 10, "//! mode: shadow\n", "review(\"would review\")"),
+        rule(
+            "edge/s.rhai",
+            "shadow-deny",
+            10,
+            "//! mode: shadow\n",
+            "deny(\"would deny\")",
+        ),
+        rule(
+            "business/s.rhai",
+            "shadow-review",
+            10,
+            "//! mode: shadow\n",
+            "review(\"would review\")",
+        ),
     ]);
     let (e, _) = engine_with(set);
-    let v = e.decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000).unwrap();
+    let v = e
+        .decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000)
+        .unwrap();
     assert_eq!((v.action, v.code), (Action::Allow, Code::Ok));
     let names: Vec<&str> = v.shadow.iter().map(|s| s.rule.as_str()).collect();
     assert_eq!(names, ["shadow-deny", "shadow-review"]);
     assert_eq!(v.shadow[0].action, Action::Deny);
     // Also when another step rejects: the shadow hits seen so far are reported.
-    let v = e.decide(&request("shop", "/x", "192.0.2.1", "ua", false), 1_000_000).unwrap();
+    let v = e
+        .decide(&request("shop", "/x", "192.0.2.1", "ua", false), 1_000_000)
+        .unwrap();
     assert_eq!(v.code, Code::SignatureMissing);
     assert_eq!(v.shadow.len(), 1);
 }
@@ -213,16 +347,47 @@ fn shadow_rules_never_change_the_action() {
 #[test]
 fn scores_add_up_across_tiers_to_the_thresholds() {
     let set = compile(&[
-        rule("edge/a.rhai", "new-device", 10, "", "score(30, \"new device\")"),
-        rule("gateway/b.rhai", "odd-hour", 10, "", "if req.path == \"/big\" { score(45, \"odd\") }"),
-        rule("business/c.rhai", "big", 10, "", "if req.path == \"/big\" && req.ip == \"192.0.2.9\" { score(40, \"big\") }"),
+        rule(
+            "edge/a.rhai",
+            "new-device",
+            10,
+            "",
+            "score(30, \"new device\")",
+        ),
+        rule(
+            "gateway/b.rhai",
+            "odd-hour",
+            10,
+            "",
+            "if req.path == \"/big\" { score(45, \"odd\") }",
+        ),
+        rule(
+            "business/c.rhai",
+            "big",
+            10,
+            "",
+            "if req.path == \"/big\" && req.ip == \"192.0.2.9\" { score(40, \"big\") }",
+        ),
     ]);
     let (e, _) = engine_with(set);
-    let v = e.decide(&request("shop", "/small", "192.0.2.1", "ua", true), 1_000_000).unwrap();
+    let v = e
+        .decide(
+            &request("shop", "/small", "192.0.2.1", "ua", true),
+            1_000_000,
+        )
+        .unwrap();
     assert_eq!(v.code, Code::Ok, "30 < challenge threshold 40");
-    let v = e.decide(&request("shop", "/big", "192.0.2.1", "ua", true), 1_000_000).unwrap();
-    assert_eq!((v.action, v.code, v.rule.as_deref()), (Action::Review, Code::RuleReview, Some("score")), "75");
-    let v = e.decide(&request("shop", "/big", "192.0.2.9", "ua", true), 1_000_000).unwrap();
+    let v = e
+        .decide(&request("shop", "/big", "192.0.2.1", "ua", true), 1_000_000)
+        .unwrap();
+    assert_eq!(
+        (v.action, v.code, v.rule.as_deref()),
+        (Action::Review, Code::RuleReview, Some("score")),
+        "75"
+    );
+    let v = e
+        .decide(&request("shop", "/big", "192.0.2.9", "ua", true), 1_000_000)
+        .unwrap();
     assert_eq!((v.action, v.code), (Action::Deny, Code::RuleDeny), "115");
     assert!(v.reasons.len() >= 4, "{:?}", v.reasons);
 }
@@ -231,15 +396,35 @@ fn scores_add_up_across_tiers_to_the_thresholds() {
 fn runaway_scripts_are_cut_off_and_answered_by_the_tier_default() {
     let sources = [
         rule("edge/loop.rhai", "infinite-loop", 10, "", "loop { }"),
-        rule("edge/grow.rhai", "string-growth", 20, "", "let s = \"x\"; loop { s += s; }"),
-        rule("edge/garbage.rhai", "garbage", 30, "", "ip_in(\"no-such-list\", 42)"),
-        rule("edge/badcode.rhai", "bad-code", 40, "", "deny(\"NOT_A_CODE\", \"x\")"),
+        rule(
+            "edge/grow.rhai",
+            "string-growth",
+            20,
+            "",
+            "let s = \"x\"; loop { s += s; }",
+        ),
+        rule(
+            "edge/garbage.rhai",
+            "garbage",
+            30,
+            "",
+            "ip_in(\"no-such-list\", 42)",
+        ),
+        rule(
+            "edge/badcode.rhai",
+            "bad-code",
+            40,
+            "",
+            "deny(\"NOT_A_CODE\", \"x\")",
+        ),
         rule("edge/notanaction.rhai", "not-an-action", 50, "", "42"),
     ];
     // Fail-open edge: every broken rule is counted and skipped.
     let (e, live) = engine_with(compile(&sources));
     let t = std::time::Instant::now();
-    let v = e.decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000).unwrap();
+    let v = e
+        .decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000)
+        .unwrap();
     assert_eq!(v.code, Code::Ok);
     assert!(t.elapsed() < std::time::Duration::from_secs(5), "bounded");
     assert_eq!(live.snapshot().counters().1, 5);
@@ -250,8 +435,13 @@ fn runaway_scripts_are_cut_off_and_answered_by_the_tier_default() {
         ..RuleSettings::default()
     };
     let (e, _) = engine_with(RuleSet::compile(&sources, settings).unwrap());
-    let v = e.decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000).unwrap();
-    assert_eq!((v.code, v.rule.as_deref()), (Code::RuleDeny, Some("infinite-loop")));
+    let v = e
+        .decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000)
+        .unwrap();
+    assert_eq!(
+        (v.code, v.rule.as_deref()),
+        (Code::RuleDeny, Some("infinite-loop"))
+    );
 }
 
 #[test]
@@ -276,9 +466,13 @@ fn swapping_the_live_set_is_atomic_per_decision() {
     let a = compile(&[rule("edge/a.rhai", "a", 1, "", "()")]);
     let b = compile(&[rule("edge/b.rhai", "b", 1, "", "deny(\"b\")")]);
     let (e, live) = engine_with(a);
-    let va = e.decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000).unwrap();
+    let va = e
+        .decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000)
+        .unwrap();
     live.swap(b);
-    let vb = e.decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000).unwrap();
+    let vb = e
+        .decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000)
+        .unwrap();
     assert_eq!(va.code, Code::Ok);
     assert_eq!(vb.rule.as_deref(), Some("b"));
     assert_ne!(va.ruleset_version, vb.ruleset_version);

@@ -1,5 +1,6 @@
 //! HTTP API, contract v1: `/v1/decide`, `/v1/decide/batch`, `/v1/time`, `/healthz`, `/readyz`,
-//! `/metrics`, and `/admin/v1/decisions/recent` (loopback only until admin auth lands).
+//! `/metrics`, and the admin endpoints `/admin/v1/decisions/recent`, `/admin/v1/rulesets/current`
+//! and `POST /admin/v1/rulesets` (loopback only until admin auth lands).
 //!
 //! Errors of the call itself are answered 4xx with `{"error":{"code","message"}}`, never a 5xx.
 
@@ -302,24 +303,83 @@ struct RecentQuery {
     limit: Option<usize>,
 }
 
+/// The admin API answers loopback clients only until admin authentication exists.
+fn loopback_only(req: &HttpRequest) -> Result<(), ApiError> {
+    let local = req
+        .peer_addr()
+        .map(|a| a.ip().is_loopback())
+        .unwrap_or(false);
+    if local {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            403,
+            "FORBIDDEN",
+            "the admin API is served to loopback clients only until admin auth is configured",
+        ))
+    }
+}
+
 async fn recent(
     rt: web::Data<Runtime>,
     req: HttpRequest,
     q: web::Query<RecentQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let local = req
-        .peer_addr()
-        .map(|a| a.ip().is_loopback())
-        .unwrap_or(false);
-    if !local {
-        return Err(ApiError::new(
-            403,
-            "FORBIDDEN",
-            "recent decisions are served to loopback clients only until admin auth is configured",
-        ));
-    }
+    loopback_only(&req)?;
     let limit = q.limit.unwrap_or(100).min(1000);
     Ok(HttpResponse::Ok().json(serde_json::json!({ "decisions": rt.log.recent(limit) })))
+}
+
+/// Largest rule set upload accepted.
+const MAX_RULESET_BYTES: usize = 8 * 1024 * 1024;
+
+async fn ruleset_current(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    loopback_only(&req)?;
+    let set = rt.engine.rules().snapshot();
+    let (evaluations, errors) = set.counters();
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "version": set.version(),
+        "rules": set.rules(),
+        "evaluations": evaluations,
+        "errors": errors,
+    })))
+}
+
+#[derive(Deserialize)]
+struct RulesetUpload {
+    /// Path relative to the rule directory (`edge/x.rhai`, `lists/y.txt`) → file text.
+    files: std::collections::BTreeMap<String, String>,
+}
+
+async fn ruleset_upload(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    loopback_only(&req)?;
+    let body = read_body(&rt, &req, payload, MAX_RULESET_BYTES).await?;
+    let upload: RulesetUpload = serde_json::from_slice(&body).map_err(json_error)?;
+    let sources: Vec<rampart_core::rules::Source> = upload
+        .files
+        .into_iter()
+        .map(|(path, text)| rampart_core::rules::Source { path, text })
+        .collect();
+    match rt.publish_rules(&sources) {
+        Ok(version) => Ok(HttpResponse::Ok().json(serde_json::json!({
+            "version": version,
+            "rules": rt.engine.rules().snapshot().rule_count(),
+        }))),
+        Err(errors) => Ok(HttpResponse::UnprocessableEntity().json(serde_json::json!({
+            "error": {
+                "code": "RULESET_INVALID",
+                "message": format!("{} problem(s); the live rule set is unchanged", errors.len()),
+                "details": errors,
+            }
+        }))),
+    }
 }
 
 async fn not_found(req: HttpRequest) -> HttpResponse {
@@ -377,6 +437,15 @@ pub fn configure(rt: Arc<Runtime>) -> impl FnOnce(&mut web::ServiceConfig) {
                 "/admin/v1/decisions/recent",
                 web::get().to(recent),
             ))
+            .service(get_only(
+                "/admin/v1/rulesets/current",
+                web::get().to(ruleset_current),
+            ))
+            .service(
+                web::resource("/admin/v1/rulesets")
+                    .route(web::post().to(ruleset_upload))
+                    .default_service(web::to(method_not_allowed)),
+            )
             .default_service(web::to(not_found));
     }
 }

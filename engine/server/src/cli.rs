@@ -203,7 +203,24 @@ fn check(config: Option<PathBuf>) -> ExitCode {
         println!("app {id}: window ±{w} ms");
     }
     println!("{}", sizing_report(&v));
-    ExitCode::SUCCESS
+    match crate::runtime::load_rules(&v) {
+        Ok(set) => {
+            match &v.raw.rules.dir {
+                Some(dir) => println!(
+                    "rules: {} rules in {}, version {}",
+                    set.rule_count(),
+                    dir.display(),
+                    set.version()
+                ),
+                None => println!("rules: none configured ([rules] dir)"),
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rampart check: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// What the nonce store will cost, for `rampart check`.

@@ -218,10 +218,56 @@ impl Default for DecisionLogConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RulesConfig {
+    /// Directory of the rule set (`edge/`, `gateway/`, `business/`, `lists/`). Absent = no rules.
     pub dir: Option<PathBuf>,
+    /// Watch `dir` and swap in a new set when its files change (a failed compile keeps the old).
+    pub reload: bool,
+    pub reload_interval_ms: u64,
+    pub edge_on_error: OnStoreError,
+    pub gateway_on_error: OnStoreError,
+    pub business_on_error: OnStoreError,
+    pub challenge_score: i64,
+    pub review_score: i64,
+    pub deny_score: i64,
+}
+
+impl Default for RulesConfig {
+    fn default() -> Self {
+        let d = rampart_core::rules::RuleSettings::default();
+        RulesConfig {
+            dir: None,
+            reload: true,
+            reload_interval_ms: 1000,
+            edge_on_error: OnStoreError::Allow,
+            gateway_on_error: OnStoreError::Allow,
+            business_on_error: OnStoreError::Allow,
+            challenge_score: d.challenge_score,
+            review_score: d.review_score,
+            deny_score: d.deny_score,
+        }
+    }
+}
+
+impl RulesConfig {
+    pub fn settings(&self) -> rampart_core::rules::RuleSettings {
+        let p = |o: OnStoreError| match o {
+            OnStoreError::Deny => FailPolicy::Deny,
+            OnStoreError::Allow => FailPolicy::Allow,
+        };
+        rampart_core::rules::RuleSettings {
+            on_error: [
+                p(self.edge_on_error),
+                p(self.gateway_on_error),
+                p(self.business_on_error),
+            ],
+            challenge_score: self.challenge_score,
+            review_score: self.review_score,
+            deny_score: self.deny_score,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -484,6 +530,13 @@ impl Config {
             if !dir.is_dir() {
                 errs.push(format!("rules.dir {} is not a directory", dir.display()));
             }
+        }
+        let r = &self.rules;
+        if !(r.challenge_score <= r.review_score && r.review_score <= r.deny_score) {
+            errs.push("rules: challenge_score ≤ review_score ≤ deny_score is required".into());
+        }
+        if r.reload_interval_ms < 100 {
+            errs.push("rules.reload_interval_ms must be at least 100".into());
         }
         if !["json", "text"].contains(&self.log.format.as_str()) {
             errs.push("log.format must be \"json\" or \"text\"".into());

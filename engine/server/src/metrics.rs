@@ -36,6 +36,12 @@ pub struct Metrics {
     filter_memory: Gauge,
     filter_overloaded: Gauge,
     filter_overload_events: Counter,
+    pub ruleset_swaps: Counter,
+    pub ruleset_rejected: Counter,
+    ruleset_rules: Gauge,
+    rule_evaluations: Gauge,
+    rule_errors: Gauge,
+    ruleset_info: Family<Vec<(&'static str, String)>, Gauge>,
 }
 
 fn idx(step: Step, action: Action, code: Code) -> usize {
@@ -184,6 +190,43 @@ impl Metrics {
             filter_overload_events.clone(),
         );
 
+        let ruleset_swaps = Counter::default();
+        let ruleset_rejected = Counter::default();
+        let ruleset_rules = Gauge::default();
+        let rule_evaluations = Gauge::default();
+        let rule_errors = Gauge::default();
+        let ruleset_info = Family::<Vec<(&'static str, String)>, Gauge>::default();
+        registry.register(
+            "ruleset_swaps",
+            "Rule sets published (directory reloads and uploads)",
+            ruleset_swaps.clone(),
+        );
+        registry.register(
+            "ruleset_rejected",
+            "Rule sets refused by validation (the live set stayed)",
+            ruleset_rejected.clone(),
+        );
+        registry.register(
+            "ruleset_rules",
+            "Rules in the live set",
+            ruleset_rules.clone(),
+        );
+        registry.register(
+            "rule_evaluations",
+            "Rule evaluations by the live set since it was published",
+            rule_evaluations.clone(),
+        );
+        registry.register(
+            "rule_errors",
+            "Rule evaluations of the live set that failed or hit a bound (answered by the tier default)",
+            rule_errors.clone(),
+        );
+        registry.register(
+            "ruleset_info",
+            "The live rule set's version (value 1)",
+            ruleset_info.clone(),
+        );
+
         let info = Family::<Labels, Gauge>::default();
         registry.register("build_info", "Build information", info.clone());
         info.get_or_create(&vec![("version", env!("CARGO_PKG_VERSION"))])
@@ -208,7 +251,24 @@ impl Metrics {
             filter_memory,
             filter_overloaded,
             filter_overload_events,
+            ruleset_swaps,
+            ruleset_rejected,
+            ruleset_rules,
+            rule_evaluations,
+            rule_errors,
+            ruleset_info,
         }
+    }
+
+    pub fn update_rules(&self, set: &rampart_core::rules::RuleSet) {
+        let (evals, errors) = set.counters();
+        self.ruleset_rules.set(set.rule_count() as i64);
+        self.rule_evaluations.set(evals as i64);
+        self.rule_errors.set(errors as i64);
+        self.ruleset_info.clear();
+        self.ruleset_info
+            .get_or_create(&vec![("version", set.version().to_string())])
+            .set(1);
     }
 
     pub fn record(&self, v: &Verdict, latency_s: f64) {

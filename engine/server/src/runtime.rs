@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rampart_core::rules::LiveRules;
 use rampart_core::fingerprint::LocalFingerprintStore;
 use rampart_core::nonce::{BloomNonceStore, ExactNonceStore, NonceStore};
+use rampart_core::rules::{LiveRules, RuleError, RuleSet, Source};
 use rampart_core::Engine;
 
 use crate::clock::now_ms;
@@ -83,6 +83,8 @@ pub struct Runtime {
     pub config: Validated,
     stop: AtomicBool,
     maintenance: Mutex<Option<JoinHandle<()>>>,
+    /// Serialises rule set publication (directory reloads and uploads).
+    publish: Mutex<()>,
 }
 
 /// Why the engine could not start.
@@ -90,6 +92,24 @@ pub struct Runtime {
 pub enum StartError {
     #[error("decision log directory {dir}: {err}")]
     DecisionLog { dir: String, err: std::io::Error },
+    #[error("cannot read rules from {dir}: {err}")]
+    RulesDir { dir: String, err: std::io::Error },
+    #[error("the rule set in {dir} is invalid:\n  {}", .errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n  "))]
+    Rules { dir: String, errors: Vec<RuleError> },
+}
+
+/// Compiles the rule set configured in `[rules] dir` (the empty set when there is none).
+pub fn load_rules(cfg: &Validated) -> Result<RuleSet, StartError> {
+    let settings = cfg.raw.rules.settings();
+    let Some(dir) = &cfg.raw.rules.dir else {
+        return Ok(RuleSet::empty(settings));
+    };
+    let shown = dir.display().to_string();
+    let sources = crate::rules_dir::read_sources(dir).map_err(|err| StartError::RulesDir {
+        dir: shown.clone(),
+        err,
+    })?;
+    RuleSet::compile(&sources, settings).map_err(|errors| StartError::Rules { dir: shown, errors })
 }
 
 impl Runtime {
@@ -146,25 +166,83 @@ impl Runtime {
             config: cfg,
             stop: AtomicBool::new(false),
             maintenance: Mutex::new(None),
+            publish: Mutex::new(()),
         });
         rt.engine.maintain(now_ms());
         rt.refresh_gauges();
         Ok(rt)
     }
 
+    /// Compiles `sources` as a whole and, only if every file is valid, makes it the live set.
+    /// Returns the new version, or every located failure (the live set is unchanged).
+    pub fn publish_rules(&self, sources: &[Source]) -> Result<String, Vec<RuleError>> {
+        let _guard = self.publish.lock().unwrap_or_else(|e| e.into_inner());
+        match RuleSet::compile(sources, self.config.raw.rules.settings()) {
+            Ok(set) => {
+                let version = set.version().to_string();
+                let old = self.engine.rules().swap(set);
+                self.metrics.ruleset_swaps.inc();
+                tracing::info!(from = old.version(), to = %version, "rule set published");
+                Ok(version)
+            }
+            Err(errors) => {
+                self.metrics.ruleset_rejected.inc();
+                tracing::warn!(
+                    problems = errors.len(),
+                    first = %errors[0],
+                    "rule set rejected; the live set is unchanged"
+                );
+                Err(errors)
+            }
+        }
+    }
+
+    /// Re-reads `[rules] dir` if its files changed since `last`; returns the new signature.
+    fn reload_if_changed(&self, last: u64) -> u64 {
+        let Some(dir) = &self.config.raw.rules.dir else {
+            return last;
+        };
+        let sig = crate::rules_dir::signature(dir);
+        if sig != last {
+            match crate::rules_dir::read_sources(dir) {
+                Ok(sources) => {
+                    let _ = self.publish_rules(&sources);
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot read the rule directory"),
+            }
+        }
+        sig
+    }
+
     /// Starts the maintenance thread and marks the engine ready.
     pub fn start_background(self: &Arc<Self>) {
         let rt = self.clone();
         let tick = Duration::from_millis((self.config.filter.slice_ms / 4).clamp(5, 250) as u64);
+        let rules = &self.config.raw.rules;
+        let reload_every = Duration::from_millis(rules.reload_interval_ms);
+        let watch = rules.reload && rules.dir.is_some();
         let handle = std::thread::Builder::new()
             .name("maintenance".into())
             .spawn(move || {
                 let mut last_stats = std::time::Instant::now();
+                let mut last_reload = std::time::Instant::now();
+                let mut sig = rt
+                    .config
+                    .raw
+                    .rules
+                    .dir
+                    .as_deref()
+                    .map(crate::rules_dir::signature)
+                    .unwrap_or(0);
                 while !rt.stop.load(Ordering::Acquire) {
                     rt.engine.maintain(now_ms());
                     if last_stats.elapsed() >= Duration::from_secs(1) {
                         rt.refresh_gauges();
                         last_stats = std::time::Instant::now();
+                    }
+                    if watch && last_reload.elapsed() >= reload_every {
+                        sig = rt.reload_if_changed(sig);
+                        last_reload = std::time::Instant::now();
                     }
                     std::thread::sleep(tick);
                 }

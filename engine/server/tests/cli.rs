@@ -281,3 +281,178 @@ fn serve_refuses_bad_config_before_binding() {
     // The port was never bound.
     assert!(TcpListener::bind(("127.0.0.1", port)).is_ok());
 }
+
+fn rule_file(name: &str, body: &str) -> String {
+    format!(
+        "//! name: {name}\n//! priority: 10\n//! owner: secops\n//! description: test\n{body}\n"
+    )
+}
+
+fn write_rules(dir: &Path, files: &[(&str, String)]) {
+    for (path, text) in files {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+}
+
+fn get_json(url: &str) -> Value {
+    let mut r = agent().get(url).call().unwrap();
+    serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap()
+}
+
+#[test]
+fn check_rejects_a_broken_rule_directory_with_located_errors() {
+    let d = temp_dir("badrules");
+    let rules = d.join("rules");
+    write_rules(
+        &rules,
+        &[(
+            "edge/x.rhai",
+            rule_file("x", "if req.ip == { deny(\"x\") }"),
+        )],
+    );
+    let cfg = write(
+        &d,
+        "c.toml",
+        &format!(
+            "[[apps]]\nid='a'\nsecret='s'\n[rules]\ndir = \"{}\"\n",
+            rules.display()
+        ),
+    );
+    let (code, _, err) = run(&["check", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("edge/x.rhai:6:1"), "{err}");
+}
+
+#[test]
+fn hot_swap_under_concurrent_load_fails_no_request_and_the_directory_reloads() {
+    let d = temp_dir("swap");
+    let rules = d.join("rules");
+    write_rules(&rules, &[("edge/allow.rhai", rule_file("base", "()"))]);
+    let port = free_port();
+    let cfg = write(
+        &d,
+        "c.toml",
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n[[apps]]\nid = \"demo\"\nsecret = \"swap-secret\"\nwindow_ms = 60000\n\
+             [rules]\ndir = \"{}\"\nreload_interval_ms = 200\n[decision_log]\ndir = \"{}\"\n",
+            rules.display(),
+            d.join("log").display()
+        ),
+    );
+    let server = start(&cfg);
+    let base = server.base.clone();
+    let initial = get_json(&format!("{base}/admin/v1/rulesets/current"))["version"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let (base, stop) = (base.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let a = agent();
+                let (mut ok, mut failed) = (0u32, Vec::new());
+                let mut i = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && i < 20_000 {
+                    i += 1;
+                    let body = serde_json::json!({"app": "demo", "request": {"path": format!("/w{w}/{i}")}}).to_string();
+                    match a.post(&format!("{base}/v1/decide")).send(body.as_str()) {
+                        Ok(mut r) if r.status() == 200 => {
+                            let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+                            if v["code"].is_string() {
+                                ok += 1;
+                            } else {
+                                failed.push(v.to_string());
+                            }
+                        }
+                        Ok(r) => failed.push(format!("status {}", r.status())),
+                        Err(e) => failed.push(e.to_string()),
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+
+    // 50 swaps through the admin API while the load runs; every other one is broken.
+    let a = agent();
+    let mut published = 0;
+    for i in 0..50 {
+        let files = if i % 2 == 0 {
+            serde_json::json!({"files": {"edge/a.rhai": rule_file(&format!("r{i}"), &format!("if req.path == \"/never/{i}\" {{ deny(\"x\") }}"))}})
+        } else {
+            serde_json::json!({"files": {"edge/a.rhai": rule_file("broken", "if {")}})
+        };
+        let r = a
+            .post(&format!("{base}/admin/v1/rulesets"))
+            .send(files.to_string().as_str())
+            .unwrap();
+        assert_eq!(r.status(), if i % 2 == 0 { 200 } else { 422 });
+        published += (i % 2 == 0) as u32;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut total = 0;
+    for w in workers {
+        let (ok, failed) = w.join().unwrap();
+        assert!(
+            failed.is_empty(),
+            "failed requests during swaps: {:?}",
+            &failed[..failed.len().min(3)]
+        );
+        total += ok;
+    }
+    assert!(total > 100, "the load actually ran ({total})");
+    assert_eq!(published, 25);
+    let after_uploads = get_json(&format!("{base}/admin/v1/rulesets/current"))["version"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(after_uploads, initial);
+
+    // Editing the directory publishes a new set within a few reload intervals.
+    write_rules(&rules, &[("gateway/new.rhai", rule_file("new-rule", "()"))]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let cur = get_json(&format!("{base}/admin/v1/rulesets/current"));
+        if cur["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "new-rule")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "directory change not picked up: {cur}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A broken edit keeps the live set.
+    write_rules(
+        &rules,
+        &[("gateway/new.rhai", rule_file("new-rule", "if {"))],
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    let cur = get_json(&format!("{base}/admin/v1/rulesets/current"));
+    assert!(cur["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["name"] == "new-rule"));
+    let metrics = agent()
+        .get(&format!("{base}/metrics"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    assert!(
+        metrics.contains("rampart_ruleset_rejected_total 26"),
+        "{metrics}"
+    );
+}

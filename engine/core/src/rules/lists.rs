@@ -152,12 +152,20 @@ mod tests {
 
     #[test]
     fn ip_list_matches_addresses_and_blocks() {
-        let l = IpList::from_entries(["10.0.0.0/8", "192.168.1.7", "10.1.0.0/16", "2001:db8::/32"]).unwrap();
+        let l = IpList::from_entries(["10.0.0.0/8", "192.168.1.7", "10.1.0.0/16", "2001:db8::/32"])
+            .unwrap();
         assert_eq!(l.ranges(), 3, "10.1/16 merges into 10/8");
         for ip in ["10.0.0.0", "10.255.255.255", "192.168.1.7", "2001:db8::1"] {
             assert!(l.contains_str(ip), "{ip}");
         }
-        for ip in ["11.0.0.0", "9.255.255.255", "192.168.1.8", "2001:db9::1", "::1", "nonsense"] {
+        for ip in [
+            "11.0.0.0",
+            "9.255.255.255",
+            "192.168.1.8",
+            "2001:db9::1",
+            "::1",
+            "nonsense",
+        ] {
             assert!(!l.contains_str(ip), "{ip}");
         }
         assert!(IpList::from_entries(["10.0.0.0/33"]).is_err());
@@ -168,7 +176,9 @@ mod tests {
 
     #[test]
     fn string_list() {
-        let l = StringList::from_entries(list_entries("# scanners\nsqlmap\nnikto  # comment\n\nnikto\n"));
+        let l = StringList::from_entries(list_entries(
+            "# scanners\nsqlmap\nnikto  # comment\n\nnikto\n",
+        ));
         assert_eq!(l.len(), 2);
         assert!(l.contains("sqlmap"));
         assert!(l.contains_any("Mozilla/5.0 sqlmap/1.7"));

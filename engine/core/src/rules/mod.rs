@@ -89,7 +89,11 @@ pub struct RuleError {
 
 impl std::fmt::Display for RuleError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}:{}: {}", self.file, self.line, self.column, self.message)
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file, self.line, self.column, self.message
+        )
     }
 }
 
@@ -309,7 +313,8 @@ fn build_engine(lists: Arc<Lists>) -> rhai::Engine {
         reason: reason.to_string(),
     });
     e.register_fn("deny", |code: &str, reason: &str| -> RhaiResult<Outcome> {
-        let code = code_from_str(code).ok_or_else(|| rt_err(format!("deny: unknown code {code:?}")))?;
+        let code =
+            code_from_str(code).ok_or_else(|| rt_err(format!("deny: unknown code {code:?}")))?;
         Ok(Outcome::Terminal {
             action: Action::Deny,
             code,
@@ -332,19 +337,25 @@ fn build_engine(lists: Arc<Lists>) -> rhai::Engine {
     });
 
     let l = lists.clone();
-    e.register_fn("in_list", move |list: &str, value: &str| -> RhaiResult<bool> {
-        l.strings
-            .get(list)
-            .map(|s| s.contains(value))
-            .ok_or_else(|| rt_err(format!("in_list: no string list {list:?}")))
-    });
+    e.register_fn(
+        "in_list",
+        move |list: &str, value: &str| -> RhaiResult<bool> {
+            l.strings
+                .get(list)
+                .map(|s| s.contains(value))
+                .ok_or_else(|| rt_err(format!("in_list: no string list {list:?}")))
+        },
+    );
     let l = lists.clone();
-    e.register_fn("contains_any", move |list: &str, value: &str| -> RhaiResult<bool> {
-        l.strings
-            .get(list)
-            .map(|s| s.contains_any(value))
-            .ok_or_else(|| rt_err(format!("contains_any: no string list {list:?}")))
-    });
+    e.register_fn(
+        "contains_any",
+        move |list: &str, value: &str| -> RhaiResult<bool> {
+            l.strings
+                .get(list)
+                .map(|s| s.contains_any(value))
+                .ok_or_else(|| rt_err(format!("contains_any: no string list {list:?}")))
+        },
+    );
     let l = lists;
     e.register_fn("ip_in", move |list: &str, ip: &str| -> RhaiResult<bool> {
         l.ips
@@ -447,16 +458,39 @@ fn parse_meta(src: &Source, tier: Tier, errs: &mut Vec<RuleError>) -> Option<Rul
             continue;
         };
         let Some((k, v)) = rest.split_once(':') else {
-            errs.push(meta_error(&src.path, i + 1, "metadata lines look like `//! key: value`"));
+            errs.push(meta_error(
+                &src.path,
+                i + 1,
+                "metadata lines look like `//! key: value`",
+            ));
             continue;
         };
         let key = k.trim();
-        if !["name", "priority", "mode", "owner", "description", "apps", "routes", "tier"].contains(&key) {
-            errs.push(meta_error(&src.path, i + 1, format!("unknown metadata key {key:?}")));
+        if ![
+            "name",
+            "priority",
+            "mode",
+            "owner",
+            "description",
+            "apps",
+            "routes",
+            "tier",
+        ]
+        .contains(&key)
+        {
+            errs.push(meta_error(
+                &src.path,
+                i + 1,
+                format!("unknown metadata key {key:?}"),
+            ));
             continue;
         }
         if fields.insert(key, (i + 1, v.trim())).is_some() {
-            errs.push(meta_error(&src.path, i + 1, format!("metadata key {key:?} given twice")));
+            errs.push(meta_error(
+                &src.path,
+                i + 1,
+                format!("metadata key {key:?} given twice"),
+            ));
         }
     }
     let before = errs.len();
@@ -464,7 +498,11 @@ fn parse_meta(src: &Source, tier: Tier, errs: &mut Vec<RuleError>) -> Option<Rul
         match fields.get(k) {
             Some((_, v)) if !v.is_empty() => v.to_string(),
             _ => {
-                errs.push(meta_error(&src.path, 1, format!("missing metadata `//! {k}: …`")));
+                errs.push(meta_error(
+                    &src.path,
+                    1,
+                    format!("missing metadata `//! {k}: …`"),
+                ));
                 String::new()
             }
         }
@@ -488,7 +526,11 @@ fn parse_meta(src: &Source, tier: Tier, errs: &mut Vec<RuleError>) -> Option<Rul
         Some("shadow") => Mode::Shadow,
         Some(other) => {
             let line = fields["mode"].0;
-            errs.push(meta_error(&src.path, line, format!("mode must be enforce or shadow, not {other:?}")));
+            errs.push(meta_error(
+                &src.path,
+                line,
+                format!("mode must be enforce or shadow, not {other:?}"),
+            ));
             Mode::Enforce
         }
     };
@@ -497,7 +539,10 @@ fn parse_meta(src: &Source, tier: Tier, errs: &mut Vec<RuleError>) -> Option<Rul
             errs.push(meta_error(
                 &src.path,
                 *line,
-                format!("tier {t:?} does not match the directory {:?}", tier.as_str()),
+                format!(
+                    "tier {t:?} does not match the directory {:?}",
+                    tier.as_str()
+                ),
             ));
         }
     }
@@ -507,12 +552,19 @@ fn parse_meta(src: &Source, tier: Tier, errs: &mut Vec<RuleError>) -> Option<Rul
             .filter(|s| !s.is_empty())
             .collect()
     };
-    let apps = fields.get("apps").map(|x| split(x.1)).filter(|a| !a.iter().any(|x| x == "*"));
+    let apps = fields
+        .get("apps")
+        .map(|x| split(x.1))
+        .filter(|a| !a.iter().any(|x| x == "*"));
     let routes = fields.get("routes").map(|x| split(x.1)).unwrap_or_default();
     for r in &routes {
         if !r.starts_with('/') {
             let line = fields["routes"].0;
-            errs.push(meta_error(&src.path, line, format!("route {r:?} must start with '/'")));
+            errs.push(meta_error(
+                &src.path,
+                line,
+                format!("route {r:?} must start with '/'"),
+            ));
         }
     }
     if errs.len() > before {
@@ -596,9 +648,34 @@ fn unknown_calls(src: &Source, engine: &rhai::Engine) -> Vec<RuleError> {
         i += 1;
     }
     const KEYWORDS: &[&str] = &[
-        "if", "else", "while", "loop", "for", "in", "return", "switch", "fn", "let", "const",
-        "throw", "try", "catch", "break", "continue", "do", "until", "print", "debug", "type_of",
-        "is_def_var", "is_def_fn", "Fn", "call", "curry", "eval", "this",
+        "if",
+        "else",
+        "while",
+        "loop",
+        "for",
+        "in",
+        "return",
+        "switch",
+        "fn",
+        "let",
+        "const",
+        "throw",
+        "try",
+        "catch",
+        "break",
+        "continue",
+        "do",
+        "until",
+        "print",
+        "debug",
+        "type_of",
+        "is_def_var",
+        "is_def_fn",
+        "Fn",
+        "call",
+        "curry",
+        "eval",
+        "this",
     ];
     let known_std: std::collections::HashSet<String> = engine
         .gen_fn_signatures(false)
@@ -664,12 +741,19 @@ impl RuleSet {
         for s in sorted.iter().filter(|s| s.path.starts_with("lists/")) {
             let file = s.path.trim_start_matches("lists/");
             let Some((name, kind)) = file.rsplit_once('.') else {
-                errs.push(meta_error(&s.path, 1, "list files are lists/<name>.txt or lists/<name>.ips"));
+                errs.push(meta_error(
+                    &s.path,
+                    1,
+                    "list files are lists/<name>.txt or lists/<name>.ips",
+                ));
                 continue;
             };
             match kind {
                 "txt" => {
-                    lists.strings.insert(name.to_string(), StringList::from_entries(list_entries(&s.text)));
+                    lists.strings.insert(
+                        name.to_string(),
+                        StringList::from_entries(list_entries(&s.text)),
+                    );
                 }
                 "ips" => match IpList::from_entries(list_entries(&s.text)) {
                     Ok(l) => {
@@ -685,7 +769,11 @@ impl RuleSet {
                         errs.push(meta_error(&s.path, line, e));
                     }
                 },
-                _ => errs.push(meta_error(&s.path, 1, "list files end in .txt (strings) or .ips (IP/CIDR)")),
+                _ => errs.push(meta_error(
+                    &s.path,
+                    1,
+                    "list files end in .txt (strings) or .ips (IP/CIDR)",
+                )),
             }
         }
         let engine = build_engine(Arc::new(lists));
@@ -695,7 +783,11 @@ impl RuleSet {
         for s in sorted.iter().filter(|s| s.path.ends_with(".rhai")) {
             let tier = s.path.split('/').next().and_then(Tier::from_dir);
             let Some(tier) = tier.filter(|_| s.path.matches('/').count() >= 1) else {
-                errs.push(meta_error(&s.path, 1, "rules live in edge/, gateway/ or business/"));
+                errs.push(meta_error(
+                    &s.path,
+                    1,
+                    "rules live in edge/, gateway/ or business/",
+                ));
                 continue;
             };
             let meta = parse_meta(s, tier, &mut errs);
@@ -717,7 +809,11 @@ impl RuleSet {
             errs.extend(unknown_calls(s, &engine));
             if let (Some(meta), Some(ast)) = (meta, ast) {
                 if let Some(first) = names.insert(meta.name.clone(), s.path.clone()) {
-                    errs.push(meta_error(&s.path, 1, format!("duplicate rule name {:?} (also in {first})", meta.name)));
+                    errs.push(meta_error(
+                        &s.path,
+                        1,
+                        format!("duplicate rule name {:?} (also in {first})", meta.name),
+                    ));
                     continue;
                 }
                 per_tier[tier.index()].push(Rule {
@@ -729,7 +825,10 @@ impl RuleSet {
             }
         }
         for s in sorted.iter() {
-            if !s.path.ends_with(".rhai") && !s.path.starts_with("lists/") && !s.path.ends_with(".md") {
+            if !s.path.ends_with(".rhai")
+                && !s.path.starts_with("lists/")
+                && !s.path.ends_with(".md")
+            {
                 errs.push(meta_error(&s.path, 1, "unexpected file in the rule set"));
             }
         }
@@ -742,7 +841,11 @@ impl RuleSet {
         Ok(RuleSet {
             version,
             engine,
-            tiers: [TierIndex::build(e), TierIndex::build(g), TierIndex::build(b)],
+            tiers: [
+                TierIndex::build(e),
+                TierIndex::build(g),
+                TierIndex::build(b),
+            ],
             settings,
             evaluations: AtomicU64::new(0),
             errors: AtomicU64::new(0),
@@ -798,7 +901,12 @@ impl RuleSet {
     }
 
     /// Evaluates one tier for `req`.
-    pub fn evaluate_tier(&self, tier: Tier, req: &Req, session: &mut RuleSession) -> Option<Verdict> {
+    pub fn evaluate_tier(
+        &self,
+        tier: Tier,
+        req: &Req,
+        session: &mut RuleSession,
+    ) -> Option<Verdict> {
         let index = &self.tiers[tier.index()];
         let ids = index.for_app(&req.app);
         if ids.is_empty() {
@@ -817,13 +925,18 @@ impl RuleSet {
                     rule.errors.fetch_add(1, Ordering::Relaxed);
                     self.errors.fetch_add(1, Ordering::Relaxed);
                     session.errors += 1;
-                    if rule.meta.mode == Mode::Enforce && self.settings.on_error[tier.index()] == FailPolicy::Deny {
+                    if rule.meta.mode == Mode::Enforce
+                        && self.settings.on_error[tier.index()] == FailPolicy::Deny
+                    {
                         return Some(Verdict::reject(
                             tier.step(),
                             Action::Deny,
                             Code::RuleDeny,
                             &rule.meta.name,
-                            Reason::new(format!("rule failed and the {} tier fails closed: {msg}", tier.as_str())),
+                            Reason::new(format!(
+                                "rule failed and the {} tier fails closed: {msg}",
+                                tier.as_str()
+                            )),
                         ));
                     }
                     continue;
@@ -832,7 +945,12 @@ impl RuleSet {
             let Some(outcome) = outcome else { continue };
             rule.hits.fetch_add(1, Ordering::Relaxed);
             if rule.meta.mode == Mode::Shadow {
-                if let Outcome::Terminal { action, code, reason } = &outcome {
+                if let Outcome::Terminal {
+                    action,
+                    code,
+                    reason,
+                } = &outcome
+                {
                     session.shadow.push(ShadowHit {
                         tier: tier.as_str().into(),
                         rule: rule.meta.name.clone(),
@@ -847,10 +965,23 @@ impl RuleSet {
                 Outcome::Allow => return None,
                 Outcome::Score { points, reason } => {
                     session.score += points;
-                    session.reasons.push(Reason::new(format!("{} (+{points}): {reason}", rule.meta.name)));
+                    session.reasons.push(Reason::new(format!(
+                        "{} (+{points}): {reason}",
+                        rule.meta.name
+                    )));
                 }
-                Outcome::Terminal { action, code, reason } => {
-                    return Some(Verdict::reject(tier.step(), action, code, &rule.meta.name, Reason::new(reason)));
+                Outcome::Terminal {
+                    action,
+                    code,
+                    reason,
+                } => {
+                    return Some(Verdict::reject(
+                        tier.step(),
+                        action,
+                        code,
+                        &rule.meta.name,
+                        Reason::new(reason),
+                    ));
                 }
             }
         }
