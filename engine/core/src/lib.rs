@@ -9,6 +9,7 @@ pub mod bloom;
 pub mod canonical;
 pub mod engine;
 pub mod fingerprint;
+pub mod limits;
 pub mod model;
 pub mod nonce;
 pub mod rules;

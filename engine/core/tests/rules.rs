@@ -8,7 +8,7 @@ use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy};
 use rampart_core::fingerprint::LocalFingerprintStore;
 use rampart_core::model::{Action, Code, DecideRequest, JudgedRequest};
 use rampart_core::nonce::BloomNonceStore;
-use rampart_core::rules::{LiveRules, RuleSet, RuleSettings, Source};
+use rampart_core::rules::{LiveRules, RuleSet, RuleSettings, RuleState, Source};
 use rampart_core::sign::{sign, ToSign};
 use rampart_core::{Engine, Step};
 
@@ -102,7 +102,8 @@ fn request(app: &str, path: &str, ip: &str, ua: &str, signed: bool) -> DecideReq
 }
 
 fn compile(sources: &[Source]) -> RuleSet {
-    RuleSet::compile(sources, RuleSettings::default()).unwrap_or_else(|e| panic!("{e:#?}"))
+    RuleSet::compile(sources, RuleSettings::default(), &RuleState::local(1000))
+        .unwrap_or_else(|e| panic!("{e:#?}"))
 }
 
 #[test]
@@ -138,6 +139,7 @@ fn broken_sets_report_every_failure_with_file_line_and_column() {
             rule("edge/mode.rhai", "mode", 1, "//! mode: sometimes\n", "()"),
         ],
         RuleSettings::default(),
+        &RuleState::local(1000),
     )
     .unwrap_err();
     let shown: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
@@ -434,7 +436,8 @@ fn runaway_scripts_are_cut_off_and_answered_by_the_tier_default() {
         on_error: [FailPolicy::Deny, FailPolicy::Allow, FailPolicy::Allow],
         ..RuleSettings::default()
     };
-    let (e, _) = engine_with(RuleSet::compile(&sources, settings).unwrap());
+    let (e, _) =
+        engine_with(RuleSet::compile(&sources, settings, &RuleState::local(1000)).unwrap());
     let v = e
         .decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000)
         .unwrap();
@@ -476,4 +479,78 @@ fn swapping_the_live_set_is_atomic_per_decision() {
     assert_eq!(va.code, Code::Ok);
     assert_eq!(vb.rule.as_deref(), Some("b"));
     assert_ne!(va.ruleset_version, vb.ruleset_version);
+}
+
+#[test]
+fn rate_limits_and_counters_keep_state_across_decisions_and_swaps() {
+    let state = RuleState::local(10_000);
+    let sources = [
+        rule(
+            "gateway/ip.rhai",
+            "per-ip",
+            10,
+            "",
+            "if !rate_limit(\"ip:\" + req.ip, 10, 3) { deny(\"RATE_LIMITED\", \"too fast\") }",
+        ),
+        rule(
+            "business/orders.rhai",
+            "order-velocity",
+            10,
+            "//! routes: /api/order\n",
+            "if count(\"orders:\" + req.user, 60000) > 2 { review(\"many orders\") }",
+        ),
+    ];
+    let set = RuleSet::compile(&sources, RuleSettings::default(), &state).unwrap();
+    let (e, live) = engine_with(set);
+    let at = |path: &str, ip: &str| request("shop", path, ip, "ua", true);
+    // Three at once pass (burst), the fourth is limited with a retry hint.
+    for _ in 0..3 {
+        assert_eq!(
+            e.decide(&at("/x", "192.0.2.50"), 1_000_000).unwrap().code,
+            Code::Ok
+        );
+    }
+    let v = e.decide(&at("/x", "192.0.2.50"), 1_000_000).unwrap();
+    assert_eq!(
+        (v.code, v.status, v.tier),
+        (Code::RateLimited, 429, Some("gateway"))
+    );
+    assert_eq!(v.retry_after_ms, Some(100));
+    // The limit survives a swap to an edited set.
+    live.swap(RuleSet::compile(&sources, RuleSettings::default(), &state).unwrap());
+    assert_eq!(
+        e.decide(&at("/x", "192.0.2.50"), 1_000_050).unwrap().code,
+        Code::RateLimited
+    );
+    assert_eq!(
+        e.decide(&at("/x", "192.0.2.50"), 1_000_100).unwrap().code,
+        Code::Ok
+    );
+    // Order velocity per user (same user id "u1" on every request).
+    let codes: Vec<Code> = (0..3)
+        .map(|i| {
+            e.decide(&at("/api/order", &format!("198.51.100.{i}")), 1_000_000)
+                .unwrap()
+                .code
+        })
+        .collect();
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::RuleReview]);
+}
+
+#[test]
+fn the_standard_library_is_not_an_unknown_helper_and_deny_needs_a_deny_code() {
+    let set = compile(&[
+        rule("edge/std.rhai", "std", 10, "", "let n = parse_int(\"42\"); if max(n, 1) > 41 && n.to_string().len() == 2 { score(1, \"std ok\") }"),
+        rule("edge/ok.rhai", "deny-ok", 20, "", "deny(\"OK\", \"sneaky\")"),
+    ]);
+    let (e, live) = engine_with(set);
+    let v = e
+        .decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000)
+        .unwrap();
+    assert_eq!(
+        v.code,
+        Code::Ok,
+        "deny(\"OK\") is a rule error, answered by the fail-open default"
+    );
+    assert_eq!(live.snapshot().counters().1, 1);
 }

@@ -203,7 +203,8 @@ fn check(config: Option<PathBuf>) -> ExitCode {
         println!("app {id}: window ±{w} ms");
     }
     println!("{}", sizing_report(&v));
-    match crate::runtime::load_rules(&v) {
+    let state = rampart_core::rules::RuleState::local(v.raw.rules.max_limiter_keys);
+    match crate::runtime::load_rules(&v, &state) {
         Ok(set) => {
             match &v.raw.rules.dir {
                 Some(dir) => println!(

@@ -232,6 +232,9 @@ pub struct RulesConfig {
     pub challenge_score: i64,
     pub review_score: i64,
     pub deny_score: i64,
+    /// Cap on keys held by `rate_limit` and `count` (past it those helpers fail, and the rule's
+    /// tier default applies).
+    pub max_limiter_keys: usize,
 }
 
 impl Default for RulesConfig {
@@ -247,6 +250,7 @@ impl Default for RulesConfig {
             challenge_score: d.challenge_score,
             review_score: d.review_score,
             deny_score: d.deny_score,
+            max_limiter_keys: 1_000_000,
         }
     }
 }
@@ -532,6 +536,11 @@ impl Config {
             }
         }
         let r = &self.rules;
+        if r.challenge_score < 1 {
+            errs.push(
+                "rules.challenge_score must be at least 1 (0 would challenge every request)".into(),
+            );
+        }
         if !(r.challenge_score <= r.review_score && r.review_score <= r.deny_score) {
             errs.push("rules: challenge_score ≤ review_score ≤ deny_score is required".into());
         }

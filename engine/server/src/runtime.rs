@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rampart_core::fingerprint::LocalFingerprintStore;
 use rampart_core::nonce::{BloomNonceStore, ExactNonceStore, NonceStore};
-use rampart_core::rules::{LiveRules, RuleError, RuleSet, Source};
+use rampart_core::rules::{LiveRules, RuleError, RuleSet, RuleState, Source};
 use rampart_core::Engine;
 
 use crate::clock::now_ms;
@@ -81,6 +81,8 @@ pub struct Runtime {
     pub ids: IdGen,
     pub ready: AtomicBool,
     pub config: Validated,
+    /// State of the counting rule helpers (rate limits, counters); survives rule set swaps.
+    pub rule_state: RuleState,
     stop: AtomicBool,
     maintenance: Mutex<Option<JoinHandle<()>>>,
     /// Serialises rule set publication (directory reloads and uploads).
@@ -99,7 +101,7 @@ pub enum StartError {
 }
 
 /// Compiles the rule set configured in `[rules] dir` (the empty set when there is none).
-pub fn load_rules(cfg: &Validated) -> Result<RuleSet, StartError> {
+pub fn load_rules(cfg: &Validated, state: &RuleState) -> Result<RuleSet, StartError> {
     let settings = cfg.raw.rules.settings();
     let Some(dir) = &cfg.raw.rules.dir else {
         return Ok(RuleSet::empty(settings));
@@ -109,7 +111,8 @@ pub fn load_rules(cfg: &Validated) -> Result<RuleSet, StartError> {
         dir: shown.clone(),
         err,
     })?;
-    RuleSet::compile(&sources, settings).map_err(|errors| StartError::Rules { dir: shown, errors })
+    RuleSet::compile(&sources, settings, state)
+        .map_err(|errors| StartError::Rules { dir: shown, errors })
 }
 
 impl Runtime {
@@ -131,12 +134,9 @@ impl Runtime {
             NonceMode::Exact => "exact",
         };
         let fingerprints = Arc::new(LocalFingerprintStore::new(st.fingerprint_max_entries));
-        let engine = Engine::new(
-            cfg.engine_settings(),
-            nonces,
-            fingerprints,
-            Arc::new(LiveRules::empty()),
-        );
+        let rule_state = RuleState::local(cfg.raw.rules.max_limiter_keys);
+        let rules = Arc::new(LiveRules::new(load_rules(&cfg, &rule_state)?));
+        let engine = Engine::new(cfg.engine_settings(), nonces, fingerprints, rules);
         let metrics = Arc::new(Metrics::new(mode));
         let log = DecisionLog::start(&cfg.raw.decision_log, metrics.clone()).map_err(|err| {
             StartError::DecisionLog {
@@ -164,6 +164,7 @@ impl Runtime {
             ids: IdGen::new(),
             ready: AtomicBool::new(false),
             config: cfg,
+            rule_state,
             stop: AtomicBool::new(false),
             maintenance: Mutex::new(None),
             publish: Mutex::new(()),
@@ -177,7 +178,7 @@ impl Runtime {
     /// Returns the new version, or every located failure (the live set is unchanged).
     pub fn publish_rules(&self, sources: &[Source]) -> Result<String, Vec<RuleError>> {
         let _guard = self.publish.lock().unwrap_or_else(|e| e.into_inner());
-        match RuleSet::compile(sources, self.config.raw.rules.settings()) {
+        match RuleSet::compile(sources, self.config.raw.rules.settings(), &self.rule_state) {
             Ok(set) => {
                 let version = set.version().to_string();
                 let old = self.engine.rules().swap(set);
@@ -235,7 +236,9 @@ impl Runtime {
                     .map(crate::rules_dir::signature)
                     .unwrap_or(0);
                 while !rt.stop.load(Ordering::Acquire) {
-                    rt.engine.maintain(now_ms());
+                    let now = now_ms();
+                    rt.engine.maintain(now);
+                    rt.rule_state.maintain(now);
                     if last_stats.elapsed() >= Duration::from_secs(1) {
                         rt.refresh_gauges();
                         last_stats = std::time::Instant::now();
@@ -268,6 +271,7 @@ impl Runtime {
         self.metrics
             .log_queue_depth
             .set(self.log.queue_depth() as i64);
+        self.metrics.update_rules(&self.engine.rules().snapshot());
     }
 
     /// Stops the background work and drains the decision log.

@@ -343,10 +343,12 @@ fn hot_swap_under_concurrent_load_fails_no_request_and_the_directory_reloads() {
     );
     let server = start(&cfg);
     let base = server.base.clone();
-    let initial = get_json(&format!("{base}/admin/v1/rulesets/current"))["version"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let current = get_json(&format!("{base}/admin/v1/rulesets/current"));
+    assert_eq!(
+        current["rules"][0]["name"], "base",
+        "loaded from [rules] dir at start"
+    );
+    let initial = current["version"].as_str().unwrap().to_string();
 
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workers: Vec<_> = (0..4)

@@ -43,6 +43,7 @@ use rhai::{Dynamic, EvalAltResult, ImmutableString, Position, Scope, AST};
 use sha2::{Digest, Sha256};
 
 use crate::engine::{DecisionContext, FailPolicy, Tier};
+use crate::limits::{LimiterStore, LocalLimiter};
 use crate::model::{Action, Code, Reason, ShadowHit, Step, Verdict};
 use lists::{list_entries, IpList, StringList};
 
@@ -135,6 +136,39 @@ impl Rule {
     }
 }
 
+/// Engine-wide state the counting helpers use; it outlives rule set swaps.
+#[derive(Clone)]
+pub struct RuleState {
+    pub limiter: Arc<dyn LimiterStore>,
+}
+
+impl RuleState {
+    pub fn local(max_entries: usize) -> Self {
+        RuleState {
+            limiter: Arc::new(LocalLimiter::new(max_entries)),
+        }
+    }
+
+    pub fn maintain(&self, now_ms: i64) {
+        self.limiter.maintain(now_ms);
+    }
+}
+
+impl std::fmt::Debug for RuleState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleState")
+            .field("limiter_keys", &self.limiter.len())
+            .finish()
+    }
+}
+
+thread_local! {
+    /// Server time of the decision being evaluated on this thread (helpers that count need it).
+    static EVAL_NOW: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+    /// `retry_after_ms` of the last refused `rate_limit` call on this thread.
+    static LAST_RETRY: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// Settings of a rule set that come from the engine's configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuleSettings {
@@ -187,6 +221,8 @@ pub struct Req {
     pub isp: ImmutableString,
     pub device_type: ImmutableString,
     pub user_agent: ImmutableString,
+    /// Server time of the decision (not a getter: helpers read it).
+    pub now_ms: i64,
     headers: Arc<HashMap<String, ImmutableString>>,
     params: Arc<serde_json::Value>,
 }
@@ -216,6 +252,7 @@ impl Req {
             isp: s(&c.isp),
             device_type: s(&c.device_type),
             user_agent: ua,
+            now_ms: ctx.now_ms,
             headers: Arc::new(
                 r.request
                     .headers
@@ -275,9 +312,11 @@ pub const HELPERS: &[&str] = &[
     "in_list",
     "contains_any",
     "ip_in",
+    "rate_limit",
+    "count",
 ];
 
-fn build_engine(lists: Arc<Lists>) -> rhai::Engine {
+fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
     let mut e = rhai::Engine::new();
     e.set_max_operations(20_000)
         .set_max_call_levels(8)
@@ -313,8 +352,9 @@ fn build_engine(lists: Arc<Lists>) -> rhai::Engine {
         reason: reason.to_string(),
     });
     e.register_fn("deny", |code: &str, reason: &str| -> RhaiResult<Outcome> {
-        let code =
-            code_from_str(code).ok_or_else(|| rt_err(format!("deny: unknown code {code:?}")))?;
+        let code = code_from_str(code)
+            .filter(|c| !matches!(c, Code::Ok | Code::RuleChallenge | Code::RuleReview))
+            .ok_or_else(|| rt_err(format!("deny: {code:?} is not a deny code")))?;
         Ok(Outcome::Terminal {
             action: Action::Deny,
             code,
@@ -363,6 +403,42 @@ fn build_engine(lists: Arc<Lists>) -> rhai::Engine {
             .map(|s| s.contains_str(ip))
             .ok_or_else(|| rt_err(format!("ip_in: no IP list {list:?}")))
     });
+
+    let limiter = state.map(|s| s.limiter);
+    let lim = limiter.clone();
+    let rate_limit = move |key: &str, rate: f64, burst: i64| -> RhaiResult<bool> {
+        let l = lim
+            .as_ref()
+            .ok_or_else(|| rt_err("rate_limit: no limiter state".into()))?;
+        let burst =
+            u32::try_from(burst).map_err(|_| rt_err("rate_limit: burst out of range".into()))?;
+        let g = l
+            .gcra(key, EVAL_NOW.with(|n| n.get()), rate, burst)
+            .map_err(|e| rt_err(format!("rate_limit: {e}")))?;
+        if !g.allowed {
+            LAST_RETRY.with(|r| r.set(g.retry_after_ms));
+        }
+        Ok(g.allowed)
+    };
+    let rl = rate_limit.clone();
+    e.register_fn("rate_limit", move |key: &str, rate: i64, burst: i64| {
+        rl(key, rate as f64, burst)
+    });
+    let rl = rate_limit.clone();
+    e.register_fn("rate_limit", move |key: &str, rate: f64, burst: i64| {
+        rl(key, rate, burst)
+    });
+    let lim = limiter;
+    e.register_fn(
+        "count",
+        move |key: &str, window_ms: i64| -> RhaiResult<i64> {
+            let l = lim
+                .as_ref()
+                .ok_or_else(|| rt_err("count: no limiter state".into()))?;
+            l.incr(key, EVAL_NOW.with(|n| n.get()), window_ms, 1)
+                .map_err(|e| rt_err(format!("count: {e}")))
+        },
+    );
     e
 }
 
@@ -678,7 +754,7 @@ fn unknown_calls(src: &Source, engine: &rhai::Engine) -> Vec<RuleError> {
         "this",
     ];
     let known_std: std::collections::HashSet<String> = engine
-        .gen_fn_signatures(false)
+        .gen_fn_signatures(true)
         .into_iter()
         .filter_map(|sig| sig.split('(').next().map(|n| n.trim().to_string()))
         .collect();
@@ -708,7 +784,7 @@ impl RuleSet {
     pub fn empty(settings: RuleSettings) -> RuleSet {
         RuleSet {
             version: "none".into(),
-            engine: build_engine(Arc::new(Lists::default())),
+            engine: build_engine(Arc::new(Lists::default()), None),
             tiers: [
                 TierIndex::build(Vec::new()),
                 TierIndex::build(Vec::new()),
@@ -721,7 +797,11 @@ impl RuleSet {
     }
 
     /// Compiles and validates a whole rule set. Returns every failure, located, or the set.
-    pub fn compile(sources: &[Source], settings: RuleSettings) -> Result<RuleSet, Vec<RuleError>> {
+    pub fn compile(
+        sources: &[Source],
+        settings: RuleSettings,
+        state: &RuleState,
+    ) -> Result<RuleSet, Vec<RuleError>> {
         let mut errs = Vec::new();
         let mut sorted: Vec<&Source> = sources.iter().collect();
         sorted.sort_by(|a, b| a.path.cmp(&b.path));
@@ -776,7 +856,7 @@ impl RuleSet {
                 )),
             }
         }
-        let engine = build_engine(Arc::new(lists));
+        let engine = build_engine(Arc::new(lists), Some(state.clone()));
 
         let mut per_tier: [Vec<Rule>; 3] = [Vec::new(), Vec::new(), Vec::new()];
         let mut names: HashMap<String, String> = HashMap::new();
@@ -914,11 +994,13 @@ impl RuleSet {
         }
         let mut scope = Scope::new();
         scope.push_constant("req", req.clone());
+        EVAL_NOW.with(|n| n.set(req.now_ms));
         for &i in ids {
             let rule = &index.rules[i];
             if !rule.applies_to_route(&req.path) {
                 continue;
             }
+            LAST_RETRY.with(|r| r.set(0));
             let outcome = match self.eval(rule, &mut scope) {
                 Ok(o) => o,
                 Err(msg) => {
@@ -966,7 +1048,7 @@ impl RuleSet {
                 Outcome::Score { points, reason } => {
                     session.score += points;
                     session.reasons.push(Reason::new(format!(
-                        "{} (+{points}): {reason}",
+                        "{} ({points:+}): {reason}",
                         rule.meta.name
                     )));
                 }
@@ -975,13 +1057,18 @@ impl RuleSet {
                     code,
                     reason,
                 } => {
-                    return Some(Verdict::reject(
+                    let mut v = Verdict::reject(
                         tier.step(),
                         action,
                         code,
                         &rule.meta.name,
                         Reason::new(reason),
-                    ));
+                    );
+                    let retry = LAST_RETRY.with(|r| r.get());
+                    if code == Code::RateLimited && retry > 0 {
+                        v.retry_after_ms = Some(retry);
+                    }
+                    return Some(v);
                 }
             }
         }

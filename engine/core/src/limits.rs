@@ -1,0 +1,292 @@
+//! State behind the rule helpers that count: GCRA rate limits and sliding-window counters.
+//!
+//! The state outlives rule set swaps (a limit keeps counting when its rule is edited), so it is
+//! owned by the engine and lent to each compiled rule set. [`LimiterStore`] is the trait a shared
+//! (Redis) implementation will also provide; [`LocalLimiter`] is the in-process one.
+//!
+//! **GCRA** (generic cell rate algorithm, as in Redis-cell and Sentinel's pacing): each key keeps a
+//! theoretical arrival time `tat`. With emission interval `T = 1000 / rate` ms and tolerance
+//! `τ = T · burst`, a request at `now` is allowed when `max(tat, now) + T − now ≤ τ`, and then
+//! `tat` becomes `max(tat, now) + T`; otherwise it is refused with
+//! `retry_after = max(tat, now) + T − τ − now`. One number per key, O(1), exact.
+//!
+//! **Sliding-window counter**: the current and previous fixed windows, the previous one weighted
+//! by how much of it still overlaps the sliding window (`prev · (1 − elapsed/W) + cur`). Two numbers
+//! per key, O(1); the estimate assumes requests were spread evenly over the previous window.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::nonce::StoreError;
+
+/// The answer of a rate-limit check.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gcra {
+    pub allowed: bool,
+    /// When refused: how long until one more request would be allowed.
+    pub retry_after_ms: u64,
+}
+
+pub trait LimiterStore: Send + Sync {
+    /// One request against `key`'s limit of `rate_per_sec` with bursts of up to `burst`.
+    fn gcra(
+        &self,
+        key: &str,
+        now_ms: i64,
+        rate_per_sec: f64,
+        burst: u32,
+    ) -> Result<Gcra, StoreError>;
+    /// Adds `n` to `key`'s sliding window of `window_ms` and returns the count in the window.
+    fn incr(&self, key: &str, now_ms: i64, window_ms: i64, n: i64) -> Result<i64, StoreError>;
+    /// Drops state that no longer matters.
+    fn maintain(&self, now_ms: i64);
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Cell {
+    /// GCRA: theoretical arrival time (ms, fractional) and when the state becomes irrelevant.
+    Gcra { tat: f64 },
+    /// Sliding window: start of the current fixed window, its count, the previous window's count.
+    Window {
+        start: i64,
+        window: i64,
+        cur: i64,
+        prev: i64,
+    },
+}
+
+impl Cell {
+    fn expired(&self, now_ms: i64) -> bool {
+        match *self {
+            Cell::Gcra { tat } => tat < now_ms as f64,
+            Cell::Window { start, window, .. } => now_ms >= start + 2 * window,
+        }
+    }
+}
+
+const SHARDS: usize = 64;
+const PURGE_EVERY_MS: i64 = 1000;
+
+type Shard = Mutex<HashMap<Box<str>, Cell>>;
+
+/// In-process limiter state, sharded by key.
+pub struct LocalLimiter {
+    shards: Box<[Shard]>,
+    hasher: std::collections::hash_map::RandomState,
+    len: AtomicUsize,
+    max_entries: usize,
+    last_purge: AtomicI64,
+}
+
+impl LocalLimiter {
+    pub fn new(max_entries: usize) -> Self {
+        LocalLimiter {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: Default::default(),
+            len: AtomicUsize::new(0),
+            max_entries,
+            last_purge: AtomicI64::new(i64::MIN),
+        }
+    }
+
+    fn with_cell<R>(
+        &self,
+        key: &str,
+        now_ms: i64,
+        init: Cell,
+        f: impl FnOnce(&mut Cell) -> R,
+    ) -> Result<R, StoreError> {
+        let shard = &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS];
+        let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(cell) = map.get_mut(key) {
+            if std::mem::discriminant(cell) != std::mem::discriminant(&init) || cell.expired(now_ms)
+            {
+                *cell = init;
+            }
+            return Ok(f(cell));
+        }
+        if self.len.load(Ordering::Relaxed) >= self.max_entries {
+            return Err(StoreError::Full(format!(
+                "limiter holds {} keys (the configured maximum)",
+                self.max_entries
+            )));
+        }
+        self.len.fetch_add(1, Ordering::Relaxed);
+        let cell = map.entry(key.into()).or_insert(init);
+        Ok(f(cell))
+    }
+}
+
+impl LimiterStore for LocalLimiter {
+    fn gcra(
+        &self,
+        key: &str,
+        now_ms: i64,
+        rate_per_sec: f64,
+        burst: u32,
+    ) -> Result<Gcra, StoreError> {
+        if !(rate_per_sec > 0.0 && rate_per_sec.is_finite()) || burst == 0 {
+            return Err(StoreError::Unavailable(
+                "rate_limit needs a positive rate and a burst of at least 1".into(),
+            ));
+        }
+        let now = now_ms as f64;
+        let t = 1000.0 / rate_per_sec;
+        let tau = t * burst as f64;
+        self.with_cell(key, now_ms, Cell::Gcra { tat: now }, |cell| {
+            let Cell::Gcra { tat } = cell else {
+                unreachable!("initialised as GCRA")
+            };
+            let next = tat.max(now) + t;
+            if next - now <= tau {
+                *tat = next;
+                Gcra {
+                    allowed: true,
+                    retry_after_ms: 0,
+                }
+            } else {
+                Gcra {
+                    allowed: false,
+                    retry_after_ms: (next - tau - now).ceil().max(1.0) as u64,
+                }
+            }
+        })
+    }
+
+    fn incr(&self, key: &str, now_ms: i64, window_ms: i64, n: i64) -> Result<i64, StoreError> {
+        if window_ms <= 0 {
+            return Err(StoreError::Unavailable(
+                "counter windows must be positive".into(),
+            ));
+        }
+        let aligned = now_ms.div_euclid(window_ms) * window_ms;
+        let init = Cell::Window {
+            start: aligned,
+            window: window_ms,
+            cur: 0,
+            prev: 0,
+        };
+        self.with_cell(key, now_ms, init, |cell| {
+            let Cell::Window {
+                start,
+                window,
+                cur,
+                prev,
+            } = cell
+            else {
+                unreachable!("initialised as a window")
+            };
+            if *window != window_ms {
+                *start = aligned;
+                *window = window_ms;
+                *cur = 0;
+                *prev = 0;
+            }
+            if aligned > *start {
+                *prev = if aligned - *start == window_ms {
+                    *cur
+                } else {
+                    0
+                };
+                *cur = 0;
+                *start = aligned;
+            }
+            *cur = cur.saturating_add(n);
+            let elapsed = (now_ms - *start) as f64 / window_ms as f64;
+            (*prev as f64 * (1.0 - elapsed)).round() as i64 + *cur
+        })
+    }
+
+    fn maintain(&self, now_ms: i64) {
+        let last = self.last_purge.load(Ordering::Relaxed);
+        if now_ms.saturating_sub(last) < PURGE_EVERY_MS
+            || self
+                .last_purge
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        for shard in self.shards.iter() {
+            let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
+            let before = map.len();
+            map.retain(|_, c| !c.expired(now_ms));
+            self.len.fetch_sub(before - map.len(), Ordering::Relaxed);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gcra_allows_the_burst_then_paces_at_the_rate() {
+        let l = LocalLimiter::new(100);
+        // 10/s with bursts of 3: three at once, then one every 100 ms.
+        let t0 = 1_000_000;
+        for _ in 0..3 {
+            assert!(l.gcra("ip:1", t0, 10.0, 3).unwrap().allowed);
+        }
+        let refused = l.gcra("ip:1", t0, 10.0, 3).unwrap();
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after_ms, 100);
+        assert!(!l.gcra("ip:1", t0 + 99, 10.0, 3).unwrap().allowed);
+        assert!(l.gcra("ip:1", t0 + 100, 10.0, 3).unwrap().allowed);
+        assert!(!l.gcra("ip:1", t0 + 150, 10.0, 3).unwrap().allowed);
+        // Other keys are independent; an idle key recovers its whole burst.
+        assert!(l.gcra("ip:2", t0, 10.0, 3).unwrap().allowed);
+        for _ in 0..3 {
+            assert!(l.gcra("ip:1", t0 + 10_000, 10.0, 3).unwrap().allowed);
+        }
+        assert!(l.gcra("x", t0, 0.0, 1).is_err());
+    }
+
+    #[test]
+    fn gcra_over_a_long_run_admits_rate_times_time_plus_burst() {
+        let l = LocalLimiter::new(100);
+        let mut allowed = 0;
+        // One attempt per ms for 10 s at 50/s, burst 5.
+        for ms in 0..10_000 {
+            if l.gcra("k", 5_000_000 + ms, 50.0, 5).unwrap().allowed {
+                allowed += 1;
+            }
+        }
+        assert!((500..=505).contains(&allowed), "{allowed}");
+    }
+
+    #[test]
+    fn sliding_window_counts() {
+        let l = LocalLimiter::new(100);
+        let w = 1000;
+        let t0 = 10_000_000; // aligned
+        for i in 0..10 {
+            assert_eq!(l.incr("orders:u1", t0 + i, w, 1).unwrap(), i + 1);
+        }
+        // Halfway through the next window, half of the previous window still counts.
+        assert_eq!(l.incr("orders:u1", t0 + 1500, w, 1).unwrap(), 5 + 1);
+        // Two windows later everything has slid out.
+        assert_eq!(l.incr("orders:u1", t0 + 3000, w, 1).unwrap(), 1);
+    }
+
+    #[test]
+    fn the_store_is_bounded_and_purged() {
+        let l = LocalLimiter::new(2);
+        l.incr("a", 0, 100, 1).unwrap();
+        l.gcra("b", 0, 1.0, 1).unwrap();
+        assert!(l.incr("c", 0, 100, 1).is_err());
+        l.maintain(10_000);
+        assert!(l.is_empty());
+        assert!(l.incr("c", 10_000, 100, 1).is_ok());
+    }
+}
