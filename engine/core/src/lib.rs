@@ -15,6 +15,7 @@ pub mod nonce;
 pub mod rules;
 pub mod sign;
 pub mod ttl;
+pub mod waf;
 
 pub use engine::{Engine, EngineSettings, RequestError};
 pub use model::{Action, Code, DecideRequest, Step, Verdict};

@@ -554,3 +554,41 @@ fn the_standard_library_is_not_an_unknown_helper_and_deny_needs_a_deny_code() {
     );
     assert_eq!(live.snapshot().counters().1, 1);
 }
+
+#[test]
+fn waf_helper_scans_every_attacker_controlled_part() {
+    let set = compile(&[rule(
+        "edge/waf.rhai",
+        "waf",
+        10,
+        "",
+        "let hit = waf(req); if hit != \"\" { deny(\"waf: \" + hit) }",
+    )]);
+    let (e, _) = engine_with(set);
+    let mut sqli = request("shop", "/search", "192.0.2.1", "ua", false);
+    sqli.request.query = "q=1%27%20OR%20%271%27%3D%271%27%20--".into();
+    let v = e.decide(&sqli, 1_000_000).unwrap();
+    assert_eq!((v.code, v.rule.as_deref()), (Code::RuleDeny, Some("waf")));
+    assert_eq!(v.reasons[0].message, "waf: sqli");
+    let mut xss = request("shop", "/comment", "192.0.2.1", "ua", false);
+    xss.params = Some(serde_json::json!({"text": "<script>alert(document.cookie)</script>"}));
+    assert_eq!(
+        e.decide(&xss, 1_000_000).unwrap().reasons[0].message,
+        "waf: xss"
+    );
+    let mut lfi = request("shop", "/download", "192.0.2.1", "ua", false);
+    lfi.request.body = Some("{\"file\":\"../../../../etc/passwd\"}".into());
+    assert_eq!(
+        e.decide(&lfi, 1_000_000).unwrap().reasons[0].message,
+        "waf: traversal"
+    );
+    // A benign order with apostrophes and an international address passes to the signature step.
+    let mut ok = request("shop", "/api/order", "192.0.2.1", "ua", false);
+    ok.params = Some(
+        serde_json::json!({"name": "Seán O'Brien", "street": "Straße 12", "note": "leave at door & ring"}),
+    );
+    assert_eq!(
+        e.decide(&ok, 1_000_000).unwrap().code,
+        Code::SignatureMissing
+    );
+}

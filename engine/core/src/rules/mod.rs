@@ -314,6 +314,8 @@ pub const HELPERS: &[&str] = &[
     "ip_in",
     "rate_limit",
     "count",
+    "waf",
+    "waf_value",
 ];
 
 fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
@@ -402,6 +404,23 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
             .get(list)
             .map(|s| s.contains_str(ip))
             .ok_or_else(|| rt_err(format!("ip_in: no IP list {list:?}")))
+    });
+
+    e.register_fn("waf", |r: &mut Req| -> ImmutableString {
+        crate::waf::scan_request(
+            &r.path,
+            &r.query,
+            &r.body,
+            Some(&r.params),
+            r.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+        .map(|(a, _)| a.as_str().into())
+        .unwrap_or_default()
+    });
+    e.register_fn("waf_value", |v: &str| -> ImmutableString {
+        crate::waf::scan_value(v)
+            .map(|a| a.as_str().into())
+            .unwrap_or_default()
     });
 
     let limiter = state.map(|s| s.limiter);
@@ -707,7 +726,7 @@ fn unknown_calls(src: &Source, engine: &rhai::Engine) -> Vec<RuleError> {
             while j < bytes.len() && bytes[j] == b' ' {
                 j += 1;
             }
-            let is_call = bytes.get(j) == Some(&b'(') || bytes.get(j) == Some(&b'!');
+            let is_call = bytes.get(j) == Some(&b'(');
             if prev_fn {
                 defined.push(ident);
             } else if is_call && !prev_dot {
@@ -872,7 +891,10 @@ impl RuleSet {
             };
             let meta = parse_meta(s, tier, &mut errs);
             let mut compile_scope = Scope::new();
-            compile_scope.push_constant("req", Req::default());
+            // A variable, not a constant: the optimiser folds constants into the AST, and would
+            // evaluate helpers such as `waf(req)` once, at compile time, on an empty request.
+            // (At run time `req` is a constant, so a rule cannot reassign it.)
+            compile_scope.push("req", Req::default());
             let ast = match engine.compile_with_scope(&compile_scope, &s.text) {
                 Ok(ast) => Some(ast),
                 Err(e) => {
