@@ -33,6 +33,8 @@ pub enum Attack {
     Cmdi,
     Php,
     Java,
+    /// CR/LF injection, request smuggling and response splitting.
+    Protocol,
 }
 
 impl Attack {
@@ -45,6 +47,7 @@ impl Attack {
             Attack::Cmdi => "cmdi",
             Attack::Php => "php",
             Attack::Java => "java",
+            Attack::Protocol => "protocol",
         }
     }
 }
@@ -55,7 +58,90 @@ struct Vocabulary {
     php_functions: HashSet<String>,
     php_variables: AhoCorasick,
     java: AhoCorasick,
+    /// Shell variables (`$IFS`, `${SHELL}`) and PowerShell cmdlets: command injection by name.
+    shell_tokens: AhoCorasick,
 }
+
+/// Commands that are evidence on their own after a shell separator.
+const STRONG_COMMANDS: &[&str] = &[
+    "id", "whoami", "uname", "ifconfig", "ipconfig", "netstat", "passwd", "sh", "bash", "zsh",
+    "ksh", "csh", "dash", "busybox", "nc", "ncat", "netcat", "wget", "curl", "telnet", "reboot",
+    "shutdown", "halt", "ps", "ls", "pwd", "env", "printenv", "sleep", "python", "python3", "perl",
+    "ruby", "php", "lua", "nslookup", "dig", "ping", "hostname", "crontab", "sudo", "su", "chmod",
+    "chown", "rm", "mkfifo", "xterm",
+];
+
+/// SQL functions that show up in injection payloads but rarely in form text as `name(`.
+const SQL_FUNCTIONS: &[&str] = &[
+    "benchmark",
+    "sleep",
+    "pg_sleep",
+    "waitfor",
+    "concat",
+    "concat_ws",
+    "group_concat",
+    "coalesce",
+    "compress",
+    "uncompress",
+    "extractvalue",
+    "updatexml",
+    "load_file",
+    "find_in_set",
+    "xmltype",
+    "utl_inaddr",
+    "utl_http",
+    "dbms_pipe",
+    "dbms_xmlgen",
+    "sqlite_version",
+    "sqlite_compileoption_used",
+    "sqlite_compileoption_get",
+    "json_build_object",
+    "jsonb_pretty",
+    "unistr",
+    "starts_with",
+    "char_length",
+    "ascii",
+    "substring",
+    "substr",
+    "mid",
+    "ord",
+    "hex",
+    "unhex",
+    "md5",
+    "sha1",
+    "current_user",
+    "session_user",
+    "system_user",
+    "database",
+    "schema",
+    "version",
+    "row_count",
+    "information_schema",
+    "pg_read_file",
+    "lo_import",
+    "xp_cmdshell",
+    "openrowset",
+    "ctxsys",
+    "name_const",
+    "make_set",
+    "elt",
+    "export_set",
+    "geometrycollection",
+    "multipoint",
+    "polygon",
+    "linestring",
+    "exp",
+    "floor",
+    "rand",
+    "if",
+    "ifnull",
+    "nullif",
+    "isnull",
+    "char",
+    "chr",
+    "cast",
+    "convert",
+];
 
 fn entries(text: &str) -> impl Iterator<Item = &str> {
     text.lines()
@@ -109,7 +195,17 @@ fn vocabulary() -> &'static Vocabulary {
             ]
             .map(String::from),
         );
+        let mut shell_tokens: Vec<String> = entries(include_str!("data/crs-unix-shell.txt"))
+            .filter(|e| e.starts_with('$'))
+            .map(str::to_string)
+            .collect();
+        shell_tokens.extend(
+            entries(include_str!("data/crs-windows-powershell-commands.txt"))
+                .filter(|e| e.contains('-') && e.len() >= 8)
+                .map(str::to_string),
+        );
         Vocabulary {
+            shell_tokens: ac(shell_tokens),
             os_files: ac(os_files),
             shell_commands,
             php_functions,
@@ -199,6 +295,22 @@ fn rfi(v: &str) -> bool {
 
 fn cmdi(v: &str) -> bool {
     let vocab = vocabulary();
+    if vocab.shell_tokens.is_match(v) {
+        return true;
+    }
+    // A command named by its path: `/bin/sh`, `bin/ansible`, `/usr/bin/perl`.
+    for (i, _) in v.match_indices("bin/") {
+        let before = v[..i].chars().last();
+        if matches!(before, None | Some('/')) || v[..i].ends_with("s") && v[..i].ends_with("/s") {
+            let word: String = v[i + 4..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+                .collect();
+            if vocab.shell_commands.contains(&word.to_ascii_lowercase()) {
+                return true;
+            }
+        }
+    }
     let bytes = v.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
@@ -229,7 +341,20 @@ fn cmdi(v: &str) -> bool {
             .unwrap_or(&word)
             .to_ascii_lowercase();
         if cmd.len() >= 2 && vocab.shell_commands.contains(&cmd) {
-            return true;
+            // Many command names are also words ("touch", "nl", "arch"): demand a command line —
+            // an argument after the word — unless the command is unmistakable on its own.
+            let after = rest
+                .trim_start_matches([' ', '\t', '|', '&', '(', '{', '\'', '"'])
+                .get(word.len()..)
+                .unwrap_or("");
+            let has_arg = after.starts_with([' ', '\t'])
+                && after.trim_start().starts_with(|c: char| {
+                    c.is_ascii_alphanumeric()
+                        || matches!(c, '/' | '-' | '$' | '.' | '~' | '*' | '\'' | '"')
+                });
+            if has_arg || STRONG_COMMANDS.contains(&cmd.as_str()) {
+                return true;
+            }
         }
     }
     false
@@ -259,6 +384,66 @@ fn php(v: &str) -> bool {
             }
             if b.get(j) == Some(&b'(') && vocab.php_functions.contains(&lower[start..i]) {
                 return true;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    false
+}
+
+fn protocol(v: &str) -> bool {
+    // A line break followed by something an HTTP parser would read as a header or request line.
+    v.split(['\r', '\n']).skip(1).any(|line| {
+        let l = line.trim_start();
+        l.contains("HTTP/")
+            || l.split_once(':').is_some_and(|(name, _)| {
+                !name.is_empty()
+                    && name.len() < 40
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            })
+    })
+}
+
+fn sql_function_call(v: &str) -> bool {
+    let lower = v.to_ascii_lowercase();
+    let b = lower.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i].is_ascii_alphabetic() || b[i] == b'_' {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                i += 1;
+            }
+            let mut j = i;
+            while j < b.len() && b[j] == b' ' {
+                j += 1;
+            }
+            if b.get(j) == Some(&b'(') && SQL_FUNCTIONS.contains(&&lower[start..i]) {
+                // "if (" and friends are ordinary words in prose; demand SQL-ish company for them.
+                let word = &lower[start..i];
+                let common = matches!(
+                    word,
+                    "if" | "char"
+                        | "cast"
+                        | "convert"
+                        | "exp"
+                        | "floor"
+                        | "version"
+                        | "database"
+                        | "schema"
+                        | "mid"
+                        | "hex"
+                        | "ord"
+                        | "ascii"
+                );
+                if !common
+                    || lower.contains("select")
+                    || lower.contains("--")
+                    || lower.contains('\'')
+                {
+                    return true;
+                }
             }
         } else {
             i += 1;
@@ -310,7 +495,7 @@ fn scan_decoded(v: &str) -> Option<Attack> {
     if rfi(v) {
         return Some(Attack::Rfi);
     }
-    if libinjectionrs::detect_sqli(v.as_bytes()).is_injection() {
+    if libinjectionrs::detect_sqli(v.as_bytes()).is_injection() || sql_function_call(v) {
         return Some(Attack::Sqli);
     }
     if libinjectionrs::detect_xss(v.as_bytes()).is_injection() {
@@ -318,6 +503,9 @@ fn scan_decoded(v: &str) -> Option<Attack> {
     }
     if cmdi(v) {
         return Some(Attack::Cmdi);
+    }
+    if protocol(v) {
+        return Some(Attack::Protocol);
     }
     None
 }
@@ -344,17 +532,28 @@ pub fn json_strings<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a str>) {
     }
 }
 
-/// Headers whose values carry attacker-chosen text worth scanning.
-pub const SCANNED_HEADERS: &[&str] = &[
-    "user-agent",
-    "referer",
-    "cookie",
-    "x-forwarded-for",
-    "origin",
+/// Headers whose values are not scanned: protocol plumbing and Rampart's own anti-replay headers.
+/// Every other header value is attacker-chosen text.
+pub const UNSCANNED_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "accept",
+    "accept-encoding",
+    "accept-language",
+    "x-timestamp",
+    "x-nonce",
+    "x-signature",
+    "x-content-sha256",
+    "x-app",
+    "x-request-id",
 ];
 
 /// Scans every attacker-controlled part of a request: path, query names and values, body (form
-/// fields, JSON strings, or the raw text), the JSON params, and the headers above.
+/// fields, JSON strings, or the raw text), the JSON params, and every header value except the
+/// plumbing listed in [`UNSCANNED_HEADERS`].
 pub fn scan_request<'a>(
     path: &str,
     query: &str,
@@ -396,7 +595,10 @@ pub fn scan_request<'a>(
         }
     }
     for (name, value) in headers {
-        if SCANNED_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name)) {
+        if !UNSCANNED_HEADERS
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(name))
+        {
             let parts: Vec<&str> = if name.eq_ignore_ascii_case("cookie") {
                 value
                     .split(';')
