@@ -6,6 +6,7 @@
 //! supplies clocks, stores, metrics and the network.
 
 pub mod bloom;
+pub mod breaker;
 pub mod canonical;
 pub mod engine;
 pub mod fingerprint;

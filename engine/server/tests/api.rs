@@ -442,3 +442,68 @@ async fn rule_set_upload_validates_swaps_and_reports_located_errors() {
         403
     );
 }
+
+#[actix_web::test]
+async fn outcomes_feed_the_routes_circuit_breaker() {
+    let rt = runtime("breaker", "");
+    let app = app!(rt);
+    let meta = "//! name: pay-breaker\n//! priority: 10\n//! owner: payments\n//! description: d\n//! routes: /api/coupon/claim\n";
+    let rule = format!(
+        "{meta}if circuit_open(req, #{{min_requests: 5, error_ratio: 0.5, open_ms: 60000}}) {{ deny(\"CIRCUIT_OPEN\", \"payment backend failing\") }}"
+    );
+    let upload = test::TestRequest::post()
+        .uri("/admin/v1/rulesets")
+        .peer_addr("127.0.0.1:5555".parse().unwrap())
+        .set_payload(json!({"files": {"gateway/breaker.rhai": rule}}).to_string())
+        .to_request();
+    assert_eq!(
+        test::call_service(&app, upload).await.status().as_u16(),
+        200
+    );
+    let now = rampart::clock::now_ms();
+    let (_, d) = post(
+        &app,
+        "/v1/decide",
+        signed("breaker-request-001", now, "{\"n\":1}").to_string(),
+    )
+    .await;
+    assert_eq!(
+        d["code"], "OK",
+        "closed: the first request creates the breaker and passes"
+    );
+    let outcomes: Vec<Value> = (0..6)
+        .map(|i| json!({"app": "shop", "route": "/api/coupon/claim", "status": if i < 4 { 503 } else { 200 }, "latency_ms": 20}))
+        .collect();
+    let (s, d) = post(&app, "/v1/outcome", Value::Array(outcomes).to_string()).await;
+    assert_eq!((s, d["recorded"].as_u64()), (200, Some(6)));
+    let (_, d) = post(
+        &app,
+        "/v1/decide",
+        signed("breaker-request-002", now, "{\"n\":2}").to_string(),
+    )
+    .await;
+    assert_eq!(
+        (d["code"].as_str(), d["status"].as_u64(), d["tier"].as_str()),
+        (Some("CIRCUIT_OPEN"), Some(503), Some("gateway"))
+    );
+    // Bad outcomes are refused with the envelope.
+    let (s, d) = post(
+        &app,
+        "/v1/outcome",
+        json!({"app": "nope", "route": "/x", "status": 200, "latency_ms": 1}).to_string(),
+    )
+    .await;
+    assert_eq!((s, d["error"]["code"].as_str()), (404, Some("UNKNOWN_APP")));
+    let (s, d) = post(
+        &app,
+        "/v1/outcome",
+        json!({"app": "shop", "route": "/x", "status": 42, "latency_ms": 1}).to_string(),
+    )
+    .await;
+    assert_eq!(
+        (s, d["error"]["code"].as_str()),
+        (400, Some("INVALID_FIELD"))
+    );
+    let (s, _) = post(&app, "/v1/outcome", "{\"app\":").await;
+    assert_eq!(s, 400);
+}

@@ -140,12 +140,15 @@ impl Rule {
 #[derive(Clone)]
 pub struct RuleState {
     pub limiter: Arc<dyn LimiterStore>,
+    /// Circuit breakers per route, fed by `POST /v1/outcome`.
+    pub breakers: Arc<crate::breaker::LocalBreakers>,
 }
 
 impl RuleState {
     pub fn local(max_entries: usize) -> Self {
         RuleState {
             limiter: Arc::new(LocalLimiter::new(max_entries)),
+            breakers: Arc::new(crate::breaker::LocalBreakers::new()),
         }
     }
 
@@ -316,6 +319,7 @@ pub const HELPERS: &[&str] = &[
     "count",
     "waf",
     "waf_value",
+    "circuit_open",
 ];
 
 fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
@@ -422,6 +426,50 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
             .map(|a| a.as_str().into())
             .unwrap_or_default()
     });
+
+    let breakers = state.as_ref().map(|s| s.breakers.clone());
+    e.register_fn(
+        "circuit_open",
+        move |r: &mut Req, cfg: rhai::Map| -> RhaiResult<bool> {
+            let b = breakers
+                .as_ref()
+                .ok_or_else(|| rt_err("circuit_open: no breaker state".into()))?;
+            let d = crate::breaker::BreakerConfig::default();
+            let num = |k: &str, dflt: f64| -> RhaiResult<f64> {
+                match cfg.get(k) {
+                    None => Ok(dflt),
+                    Some(v) => v
+                        .as_float()
+                        .or_else(|_| v.as_int().map(|i| i as f64))
+                        .map_err(|_| rt_err(format!("circuit_open: {k} must be a number"))),
+                }
+            };
+            for k in cfg.keys() {
+                if ![
+                    "window_ms",
+                    "min_requests",
+                    "error_ratio",
+                    "slow_ms",
+                    "slow_ratio",
+                    "open_ms",
+                ]
+                .contains(&k.as_str())
+                {
+                    return Err(rt_err(format!("circuit_open: unknown setting {k:?}")));
+                }
+            }
+            let c = crate::breaker::BreakerConfig {
+                window_ms: num("window_ms", d.window_ms as f64)?.max(1.0) as i64,
+                min_requests: num("min_requests", d.min_requests as f64)?.max(1.0) as u64,
+                error_ratio: num("error_ratio", d.error_ratio)?,
+                slow_ms: num("slow_ms", d.slow_ms as f64)?.max(0.0) as u64,
+                slow_ratio: num("slow_ratio", d.slow_ratio)?,
+                open_ms: num("open_ms", d.open_ms as f64)?.max(1.0) as i64,
+            };
+            let key = crate::breaker::breaker_key(&r.app, &r.path);
+            Ok(!b.allow(&key, EVAL_NOW.with(|n| n.get()), c))
+        },
+    );
 
     let limiter = state.map(|s| s.limiter);
     let lim = limiter.clone();

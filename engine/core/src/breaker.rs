@@ -1,0 +1,262 @@
+//! Circuit breakers per route, fed by the outcomes callers report (`POST /v1/outcome`), in the
+//! manner of Sentinel's degrade rules:
+//!
+//! - **Closed**: requests pass; outcomes are counted in a sliding statistics window (current and
+//!   previous fixed windows, the previous weighted by its overlap). When at least `min_requests`
+//!   outcomes are in the window and the error ratio (status ≥ 500) reaches `error_ratio`, or the
+//!   slow-call ratio (latency ≥ `slow_ms`) reaches `slow_ratio`, the breaker opens.
+//! - **Open** for `open_ms`: every request is refused (`CIRCUIT_OPEN`).
+//! - **Half-open**: one probe request passes; its reported outcome closes the breaker (and clears
+//!   the statistics) or opens it again. A probe whose outcome never arrives is replaced after
+//!   `open_ms`.
+//!
+//! The breaker of a route is created by the first rule that asks about it; outcomes for routes no
+//! rule watches are ignored, so callers can report every response without growing state.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// A breaker's thresholds, given by the rule that watches the route.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BreakerConfig {
+    pub window_ms: i64,
+    pub min_requests: u64,
+    pub error_ratio: f64,
+    pub slow_ms: u64,
+    pub slow_ratio: f64,
+    pub open_ms: i64,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            window_ms: 10_000,
+            min_requests: 20,
+            error_ratio: 0.5,
+            slow_ms: 1_000,
+            slow_ratio: 1.1, // > 1: slow calls alone never open it unless configured
+            open_ms: 5_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum State {
+    Closed,
+    Open { until: i64 },
+    HalfOpen { probe_since: i64 },
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    total: u64,
+    errors: u64,
+    slow: u64,
+}
+
+#[derive(Debug)]
+struct Breaker {
+    cfg: BreakerConfig,
+    state: State,
+    start: i64,
+    cur: Counts,
+    prev: Counts,
+}
+
+impl Breaker {
+    fn roll(&mut self, now: i64) {
+        let w = self.cfg.window_ms.max(1);
+        let aligned = now.div_euclid(w) * w;
+        if aligned > self.start {
+            self.prev = if aligned - self.start == w {
+                self.cur
+            } else {
+                Counts::default()
+            };
+            self.cur = Counts::default();
+            self.start = aligned;
+        }
+    }
+
+    /// (total, errors, slow) over the sliding window.
+    fn window(&self, now: i64) -> (f64, f64, f64) {
+        let w = self.cfg.window_ms.max(1) as f64;
+        let keep = 1.0 - ((now - self.start) as f64 / w).clamp(0.0, 1.0);
+        (
+            self.prev.total as f64 * keep + self.cur.total as f64,
+            self.prev.errors as f64 * keep + self.cur.errors as f64,
+            self.prev.slow as f64 * keep + self.cur.slow as f64,
+        )
+    }
+}
+
+/// In-process breakers, keyed by `app` + route.
+#[derive(Debug, Default)]
+pub struct LocalBreakers {
+    map: Mutex<HashMap<String, Breaker>>,
+}
+
+/// The key of a route's breaker.
+pub fn breaker_key(app: &str, route: &str) -> String {
+    format!("{app}\u{0}{route}")
+}
+
+impl LocalBreakers {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether a request to the route may pass now (creating the breaker on first use).
+    pub fn allow(&self, key: &str, now: i64, cfg: BreakerConfig) -> bool {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let b = map.entry(key.to_string()).or_insert_with(|| Breaker {
+            cfg,
+            state: State::Closed,
+            start: now.div_euclid(cfg.window_ms.max(1)) * cfg.window_ms.max(1),
+            cur: Counts::default(),
+            prev: Counts::default(),
+        });
+        b.cfg = cfg;
+        b.roll(now);
+        match b.state {
+            State::Closed => {
+                let (total, errors, slow) = b.window(now);
+                let tripped = total >= cfg.min_requests as f64
+                    && total > 0.0
+                    && (errors / total >= cfg.error_ratio || slow / total >= cfg.slow_ratio);
+                if tripped {
+                    b.state = State::Open {
+                        until: now + cfg.open_ms,
+                    };
+                    false
+                } else {
+                    true
+                }
+            }
+            State::Open { until } if now >= until => {
+                b.state = State::HalfOpen { probe_since: now };
+                true
+            }
+            State::Open { .. } => false,
+            State::HalfOpen { probe_since } if now - probe_since >= cfg.open_ms => {
+                b.state = State::HalfOpen { probe_since: now };
+                true
+            }
+            State::HalfOpen { .. } => false,
+        }
+    }
+
+    /// Records a downstream outcome for the route; ignored when no rule watches it.
+    pub fn record(&self, key: &str, now: i64, status: u16, latency_ms: u64) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(b) = map.get_mut(key) else { return };
+        b.roll(now);
+        let error = status >= 500;
+        let slow = latency_ms >= b.cfg.slow_ms;
+        if let State::HalfOpen { .. } = b.state {
+            if error || slow {
+                b.state = State::Open {
+                    until: now + b.cfg.open_ms,
+                };
+            } else {
+                b.state = State::Closed;
+                b.cur = Counts::default();
+                b.prev = Counts::default();
+            }
+            return;
+        }
+        b.cur.total += 1;
+        b.cur.errors += error as u64;
+        b.cur.slow += slow as u64;
+    }
+
+    pub fn state(&self, key: &str) -> Option<State> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(key).map(|b| b.state)
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> BreakerConfig {
+        BreakerConfig {
+            window_ms: 10_000,
+            min_requests: 10,
+            error_ratio: 0.5,
+            slow_ms: 500,
+            slow_ratio: 0.8,
+            open_ms: 2_000,
+        }
+    }
+
+    #[test]
+    fn error_ratio_opens_then_half_open_probe_closes_or_reopens() {
+        let b = LocalBreakers::new();
+        let k = breaker_key("shop", "/api/pay");
+        let t = 1_000_000;
+        assert!(b.allow(&k, t, cfg()));
+        // 9 outcomes, all errors: below min_requests, still closed.
+        for _ in 0..9 {
+            b.record(&k, t, 502, 10);
+        }
+        assert!(b.allow(&k, t, cfg()));
+        b.record(&k, t, 200, 10);
+        // 10 outcomes, 90% errors: opens.
+        assert!(!b.allow(&k, t + 1, cfg()));
+        assert!(matches!(b.state(&k), Some(State::Open { .. })));
+        assert!(!b.allow(&k, t + 1_999, cfg()));
+        // After open_ms: exactly one probe.
+        assert!(b.allow(&k, t + 2_001, cfg()));
+        assert!(!b.allow(&k, t + 2_002, cfg()));
+        // The probe fails: open again.
+        b.record(&k, t + 2_003, 503, 10);
+        assert!(!b.allow(&k, t + 2_004, cfg()));
+        // Next probe succeeds: closed, statistics cleared.
+        assert!(b.allow(&k, t + 4_010, cfg()));
+        b.record(&k, t + 4_011, 200, 10);
+        assert_eq!(b.state(&k), Some(State::Closed));
+        assert!(b.allow(&k, t + 4_012, cfg()));
+    }
+
+    #[test]
+    fn slow_calls_open_it_too_and_unwatched_routes_are_ignored() {
+        let b = LocalBreakers::new();
+        let k = breaker_key("shop", "/api/slow");
+        let t = 2_000_000;
+        assert!(b.allow(&k, t, cfg()));
+        for _ in 0..10 {
+            b.record(&k, t, 200, 900);
+        }
+        assert!(!b.allow(&k, t, cfg()));
+        b.record(&breaker_key("shop", "/nobody/watches"), t, 500, 1);
+        assert_eq!(b.len(), 1);
+    }
+
+    #[test]
+    fn a_lost_probe_is_replaced() {
+        let b = LocalBreakers::new();
+        let k = breaker_key("a", "/r");
+        let t = 3_000_000;
+        b.allow(&k, t, cfg());
+        for _ in 0..10 {
+            b.record(&k, t, 500, 1);
+        }
+        assert!(!b.allow(&k, t, cfg()));
+        assert!(b.allow(&k, t + 2_000, cfg()), "probe");
+        assert!(!b.allow(&k, t + 2_500, cfg()));
+        assert!(
+            b.allow(&k, t + 4_000, cfg()),
+            "the probe's outcome never came: a new probe"
+        );
+    }
+}
