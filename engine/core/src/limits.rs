@@ -16,10 +16,11 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::nonce::StoreError;
+use crate::ttl::PurgeGate;
 
 /// The answer of a rate-limit check.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -71,7 +72,6 @@ impl Cell {
 }
 
 const SHARDS: usize = 64;
-const PURGE_EVERY_MS: i64 = 1000;
 
 type Shard = Mutex<HashMap<Box<str>, Cell>>;
 
@@ -81,7 +81,7 @@ pub struct LocalLimiter {
     hasher: std::collections::hash_map::RandomState,
     len: AtomicUsize,
     max_entries: usize,
-    last_purge: AtomicI64,
+    last_purge: PurgeGate,
 }
 
 impl LocalLimiter {
@@ -91,7 +91,7 @@ impl LocalLimiter {
             hasher: Default::default(),
             len: AtomicUsize::new(0),
             max_entries,
-            last_purge: AtomicI64::new(i64::MIN),
+            last_purge: PurgeGate::new(),
         }
     }
 
@@ -204,13 +204,7 @@ impl LimiterStore for LocalLimiter {
     }
 
     fn maintain(&self, now_ms: i64) {
-        let last = self.last_purge.load(Ordering::Relaxed);
-        if now_ms.saturating_sub(last) < PURGE_EVERY_MS
-            || self
-                .last_purge
-                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
+        if !self.last_purge.due(now_ms) {
             return;
         }
         for shard in self.shards.iter() {

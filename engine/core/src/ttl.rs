@@ -21,12 +21,32 @@ pub struct TtlSet<K> {
     hasher: std::collections::hash_map::RandomState,
     len: AtomicUsize,
     max_entries: usize,
-    last_purge: AtomicI64,
+    last_purge: PurgeGate,
 }
 
 /// `purge` scans every entry under each shard's lock; doing it at most this often keeps the scan
 /// off the decision path's back (expired entries are ignored by lookups anyway).
-const PURGE_EVERY_MS: i64 = 1000;
+pub(crate) const PURGE_EVERY_MS: i64 = 1000;
+
+/// Lets one caller through at most once per [`PURGE_EVERY_MS`].
+#[derive(Debug)]
+pub(crate) struct PurgeGate(AtomicI64);
+
+impl PurgeGate {
+    pub(crate) fn new() -> Self {
+        PurgeGate(AtomicI64::new(i64::MIN))
+    }
+
+    /// True for the one caller that should purge now.
+    pub(crate) fn due(&self, now_ms: i64) -> bool {
+        let last = self.0.load(Ordering::Relaxed);
+        now_ms.saturating_sub(last) >= PURGE_EVERY_MS
+            && self
+                .0
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
 
 impl<K: Hash + Eq> TtlSet<K> {
     pub fn new(max_entries: usize) -> Self {
@@ -35,7 +55,7 @@ impl<K: Hash + Eq> TtlSet<K> {
             hasher: Default::default(),
             len: AtomicUsize::new(0),
             max_entries,
-            last_purge: AtomicI64::new(i64::MIN),
+            last_purge: PurgeGate::new(),
         }
     }
 
@@ -71,13 +91,7 @@ impl<K: Hash + Eq> TtlSet<K> {
 
     /// Drops expired entries, at most once per second (see [`PURGE_EVERY_MS`]).
     pub fn purge(&self, now_ms: i64) {
-        let last = self.last_purge.load(Ordering::Relaxed);
-        if now_ms.saturating_sub(last) < PURGE_EVERY_MS
-            || self
-                .last_purge
-                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
+        if !self.last_purge.due(now_ms) {
             return;
         }
         for shard in self.shards.iter() {

@@ -370,26 +370,34 @@ fn php(v: &str) -> bool {
         return true;
     }
     // A high-risk function name followed by `(`.
-    let b = lower.as_bytes();
+    let found = called_names(&lower).any(|name| vocab.php_functions.contains(name));
+    found
+}
+
+/// Identifiers immediately followed (spaces and tabs allowed) by `(`.
+fn called_names(text: &str) -> impl Iterator<Item = &str> {
+    let b = text.as_bytes();
     let mut i = 0;
-    while i < b.len() {
-        if b[i].is_ascii_alphabetic() || b[i] == b'_' {
-            let start = i;
-            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+    std::iter::from_fn(move || {
+        while i < b.len() {
+            if b[i].is_ascii_alphabetic() || b[i] == b'_' {
+                let start = i;
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                    i += 1;
+                }
+                let mut j = i;
+                while j < b.len() && (b[j] == b' ' || b[j] == b'\t') {
+                    j += 1;
+                }
+                if b.get(j) == Some(&b'(') {
+                    return Some(&text[start..i]);
+                }
+            } else {
                 i += 1;
             }
-            let mut j = i;
-            while j < b.len() && (b[j] == b' ' || b[j] == b'\t') {
-                j += 1;
-            }
-            if b.get(j) == Some(&b'(') && vocab.php_functions.contains(&lower[start..i]) {
-                return true;
-            }
-        } else {
-            i += 1;
         }
-    }
-    false
+        None
+    })
 }
 
 fn protocol(v: &str) -> bool {
@@ -407,49 +415,29 @@ fn protocol(v: &str) -> bool {
 
 fn sql_function_call(v: &str) -> bool {
     let lower = v.to_ascii_lowercase();
-    let b = lower.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i].is_ascii_alphabetic() || b[i] == b'_' {
-            let start = i;
-            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
-                i += 1;
-            }
-            let mut j = i;
-            while j < b.len() && b[j] == b' ' {
-                j += 1;
-            }
-            if b.get(j) == Some(&b'(') && SQL_FUNCTIONS.contains(&&lower[start..i]) {
-                // "if (" and friends are ordinary words in prose; demand SQL-ish company for them.
-                let word = &lower[start..i];
-                let common = matches!(
-                    word,
-                    "if" | "char"
-                        | "cast"
-                        | "convert"
-                        | "exp"
-                        | "floor"
-                        | "version"
-                        | "database"
-                        | "schema"
-                        | "mid"
-                        | "hex"
-                        | "ord"
-                        | "ascii"
-                );
-                if !common
-                    || lower.contains("select")
-                    || lower.contains("--")
-                    || lower.contains('\'')
-                {
-                    return true;
-                }
-            }
-        } else {
-            i += 1;
+    let found = called_names(&lower).any(|word| {
+        if !SQL_FUNCTIONS.contains(&word) {
+            return false;
         }
-    }
-    false
+        // "if (" and friends are ordinary words in prose; demand SQL-ish company for them.
+        let common = matches!(
+            word,
+            "if" | "char"
+                | "cast"
+                | "convert"
+                | "exp"
+                | "floor"
+                | "version"
+                | "database"
+                | "schema"
+                | "mid"
+                | "hex"
+                | "ord"
+                | "ascii"
+        );
+        !common || lower.contains("select") || lower.contains("--") || lower.contains('\'')
+    });
+    found
 }
 
 fn java(v: &str) -> bool {
