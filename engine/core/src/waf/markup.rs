@@ -1,0 +1,280 @@
+//! XSS beyond libinjection: event-handler attributes, tags spelled with spaces or namespaces
+//! (`<f o r m`, `<x:script`), tags with attributes, dangerous attributes and URL schemes, XML
+//! entities and server-side includes, and script that reaches for the DOM or evaluates strings
+//! (`document.cookie`, `self["alert"]`, `setTimeout(`, `` [].sort.call`${alert}` ``).
+//! Also server-side JavaScript injection (Node.js `process`/`child_process`, prototype pollution).
+
+use super::norm::called_names;
+
+/// Tags that run script, load content or submit data.
+const TAGS: &[&str] = &[
+    "script", "iframe", "frame", "frameset", "object", "embed", "applet", "form", "svg", "math",
+    "img", "image", "body", "style", "link", "meta", "base", "dialog", "details", "marquee",
+    "video", "audio", "source", "isindex", "input", "button", "textarea", "keygen", "template",
+    "portal", "vmlframe", "animate", "handler", "listener", "bgsound", "layer", "ilayer", "html",
+    "xml", "import", "xss", "set",
+];
+
+/// Attributes that take a URL or markup to load or run.
+const ATTRIBUTES: &[&str] = &[
+    "formaction",
+    "srcdoc",
+    "xlink:href",
+    "dynsrc",
+    "lowsrc",
+    "fscommand",
+    "seeksegmenttime",
+    "background",
+    "poster",
+    "codebase",
+    "data-bind",
+    "ng-bind-html",
+];
+
+/// Browser functions that evaluate a string or show a dialog: the usual XSS proof.
+const EVALUATORS: &[&str] = &[
+    "eval",
+    "settimeout",
+    "setinterval",
+    "setimmediate",
+    "execscript",
+    "alert",
+    "prompt",
+    "confirm",
+    "atob",
+    "btoa",
+    "fromcharcode",
+    "importscripts",
+    "postmessage",
+];
+
+/// DOM properties and objects an injected script reaches for.
+const DOM: &[&str] = &[
+    "document.cookie",
+    "document.domain",
+    "document.write",
+    "document.location",
+    "document.body",
+    "document.createelement",
+    "document.queryselector",
+    "document.getelementby",
+    "document.forms",
+    "document.url",
+    "document.referrer",
+    "window.location",
+    "window.open",
+    "window.name",
+    "location.href",
+    "location.hash",
+    "location.replace",
+    "location.assign",
+    "(document)",
+    "document[",
+    "window[",
+    "self[",
+    "top[",
+    "parent[",
+    "frames[",
+    "globalthis[",
+    "content[",
+    ".innerhtml",
+    ".outerhtml",
+    "constructor.constructor",
+    ".constructor(",
+    "reflect.apply",
+    "reflect.construct",
+    "reflect.get",
+    ".call`",
+    ".apply`",
+    ".bind`",
+    "${alert",
+    "${eval",
+    "${prompt",
+    "${confirm",
+    "newfunction(",
+    "-moz-binding",
+    "javascript:",
+    "vbscript:",
+    "livescript:",
+    "!entity",
+    "<!--#exec",
+    "<!--#include",
+    "<!--#echo",
+    "<!--#set",
+    "<!--#config",
+    "<!--#printenv",
+];
+
+pub(super) fn xss(stripped: &str) -> bool {
+    let lower = stripped.to_ascii_lowercase();
+    event_handler(&lower) || tag(&lower) || attribute(&lower) || dom(&lower) || evaluator(&lower)
+}
+
+/// ` onload=`, `"onx=`: an event-handler attribute (`on` + letters + `=`), after a character that
+/// can end the previous attribute or token.
+fn event_handler(lower: &str) -> bool {
+    let b = lower.as_bytes();
+    lower.match_indices("on").any(|(i, _)| {
+        let before_ok = i > 0
+            && matches!(
+                b[i - 1],
+                b' ' | b'\t'
+                    | b'\n'
+                    | b'\r'
+                    | 0x0b
+                    | 0x0c
+                    | b'"'
+                    | b'\''
+                    | b'`'
+                    | b';'
+                    | b'/'
+                    | b','
+                    | b'('
+                    | b'='
+                    | b'+'
+                    | b'0'..=b'9'
+            );
+        if !before_ok {
+            return false;
+        }
+        let letters = b[i + 2..]
+            .iter()
+            .take_while(|c| c.is_ascii_lowercase())
+            .count();
+        (3..=40).contains(&letters)
+            && b.get(i + 2 + letters) == Some(&b'=')
+            && b.get(i + 3 + letters) != Some(&b'=')
+    })
+}
+
+/// `<script`, `<f o r m`, `< x: script`, `<svg/onload`, or any `<tag attr=`.
+fn tag(lower: &str) -> bool {
+    lower.match_indices('<').any(|(i, _)| {
+        let rest = &lower[i + 1..];
+        let head: String = rest.chars().take(48).collect();
+        let tokens: Vec<&str> = head
+            .split(|c: char| c.is_whitespace())
+            .filter(|t| !t.is_empty())
+            .collect();
+        // Letters spaced out one by one: `<f o r m`.
+        let spaced: String = tokens
+            .iter()
+            .take_while(|t| t.len() <= 2 && t.chars().all(|c| c.is_ascii_alphabetic() || c == ':'))
+            .flat_map(|t| t.chars())
+            .collect();
+        let first = tokens.first().copied().unwrap_or("");
+        let name_of = |t: &str| -> String {
+            let t: String = t
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == ':' || *c == '-')
+                .collect();
+            t.rsplit(':').next().unwrap_or("").to_string()
+        };
+        let spaced_name = spaced.rsplit(':').next().unwrap_or("");
+        // `< x: script`, `<:vmlframe`: a namespace prefix, then the tag after the colon.
+        let namespaced = match tokens.as_slice() {
+            [first, next, ..] if first.ends_with(':') => name_of(next),
+            [first, ..] if first.contains(':') => name_of(first),
+            _ => String::new(),
+        };
+        let direct = rest.starts_with(|c: char| c.is_ascii_alphabetic());
+        (direct && TAGS.contains(&name_of(first).as_str()))
+            || (spaced.len() >= 3 && TAGS.contains(&spaced_name))
+            || (!namespaced.is_empty() && TAGS.contains(&namespaced.as_str()))
+            || (direct && tag_with_attribute(rest))
+    })
+}
+
+/// `input pattern="…"`: a tag name, whitespace or `/`, an attribute name and `=`.
+fn tag_with_attribute(rest: &str) -> bool {
+    let b = rest.as_bytes();
+    let mut i = b
+        .iter()
+        .take_while(|c| c.is_ascii_alphanumeric() || **c == b':' || **c == b'-')
+        .count();
+    let sep = b[i..]
+        .iter()
+        .take_while(|c| c.is_ascii_whitespace() || **c == b'/')
+        .count();
+    if sep == 0 {
+        return false;
+    }
+    i += sep;
+    let attr = b[i..]
+        .iter()
+        .take_while(|c| c.is_ascii_alphabetic() || **c == b'-' || **c == b':')
+        .count();
+    attr > 0 && {
+        let after = rest[i + attr..].trim_start();
+        after.starts_with('=')
+    }
+}
+
+fn attribute(lower: &str) -> bool {
+    ATTRIBUTES.iter().any(|a| {
+        lower.match_indices(a).any(|(i, _)| {
+            let before_ok =
+                i == 0 || !lower[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '-');
+            before_ok && lower[i + a.len()..].trim_start().starts_with('=')
+        })
+    }) || data_uri(lower)
+}
+
+/// `data:text/html,…` or `data: , <x>`: markup smuggled in a data URI.
+fn data_uri(lower: &str) -> bool {
+    lower.match_indices("data:").any(|(i, _)| {
+        let rest = &lower[i + 5..];
+        let Some(comma) = rest.find(',') else {
+            return false;
+        };
+        comma <= 64 && {
+            let media = &rest[..comma];
+            let payload = &rest[comma + 1..];
+            media.contains("html")
+                || media.contains("svg")
+                || media.contains("script")
+                || payload.trim_start().starts_with('<')
+        }
+    })
+}
+
+fn dom(lower: &str) -> bool {
+    let compact: String = lower.chars().filter(|c| !c.is_whitespace()).collect();
+    DOM.iter().any(|d| compact.contains(d))
+}
+
+fn evaluator(lower: &str) -> bool {
+    let found = called_names(lower).any(|call| {
+        if !EVALUATORS.contains(&call.name) {
+            return false;
+        }
+        if matches!(call.before(lower), Some(c) if c.is_ascii_alphanumeric() || c == '_') {
+            return false;
+        }
+        !call.gap || call.code_like_args()
+    });
+    found || lower.contains("new function") && lower.contains('(')
+}
+
+/// Server-side JavaScript: Node's `process`/`child_process`, `require('…')`, prototype pollution.
+pub(super) fn nodejs(v: &str) -> bool {
+    let lower = v.to_ascii_lowercase();
+    const MARKERS: &[&str] = &[
+        "child_process",
+        "process.mainmodule",
+        "process.binding",
+        "process.dlopen",
+        "process.spawn",
+        "process.exec",
+        "process.kill",
+        "process.env",
+        "__proto__",
+        "constructor.prototype",
+        "require('",
+        "require(\"",
+        "require(`",
+        "global.process",
+        "this.constructor",
+    ];
+    MARKERS.iter().any(|m| lower.contains(m))
+}
