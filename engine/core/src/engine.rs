@@ -311,6 +311,10 @@ impl Engine {
         let mut v = self.decide_steps(&ctx, &set, rule_req.as_ref(), &mut session, &body_hash);
         v.shadow = std::mem::take(&mut session.shadow);
         v.ruleset_version = set.version().to_string();
+        if let Some(state) = set.state() {
+            // Best effort: reputation is advisory, a full store must not change this decision.
+            let _ = state.learn(req, &v, now_ms);
+        }
         Ok(v)
     }
 

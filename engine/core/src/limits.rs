@@ -41,6 +41,8 @@ pub trait LimiterStore: Send + Sync {
     ) -> Result<Gcra, StoreError>;
     /// Adds `n` to `key`'s sliding window of `window_ms` and returns the count in the window.
     fn incr(&self, key: &str, now_ms: i64, window_ms: i64, n: i64) -> Result<i64, StoreError>;
+    /// `key`'s count in its sliding window of `window_ms`, without creating the key.
+    fn get(&self, key: &str, now_ms: i64, window_ms: i64) -> Result<i64, StoreError>;
     /// Drops state that no longer matters.
     fn maintain(&self, now_ms: i64);
     fn len(&self) -> usize;
@@ -203,6 +205,36 @@ impl LimiterStore for LocalLimiter {
         })
     }
 
+    fn get(&self, key: &str, now_ms: i64, window_ms: i64) -> Result<i64, StoreError> {
+        if window_ms <= 0 {
+            return Err(StoreError::Unavailable(
+                "counter windows must be positive".into(),
+            ));
+        }
+        let shard = &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS];
+        let map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(Cell::Window {
+            start,
+            window,
+            cur,
+            prev,
+        }) = map.get(key).copied()
+        else {
+            return Ok(0);
+        };
+        if window != window_ms || now_ms >= start + 2 * window {
+            return Ok(0);
+        }
+        let aligned = now_ms.div_euclid(window_ms) * window_ms;
+        let (start, cur, prev) = if aligned > start {
+            (aligned, 0, cur) // the stored current window is now the previous one
+        } else {
+            (start, cur, prev)
+        };
+        let elapsed = (now_ms - start) as f64 / window_ms as f64;
+        Ok((prev as f64 * (1.0 - elapsed)).round() as i64 + cur)
+    }
+
     fn maintain(&self, now_ms: i64) {
         if !self.last_purge.due(now_ms) {
             return;
@@ -257,6 +289,18 @@ mod tests {
             }
         }
         assert!((500..=505).contains(&allowed), "{allowed}");
+    }
+
+    #[test]
+    fn get_reads_without_creating() {
+        let l = LocalLimiter::new(10);
+        assert_eq!(l.get("k", 0, 1000).unwrap(), 0);
+        assert_eq!(l.len(), 0);
+        l.incr("k", 0, 1000, 5).unwrap();
+        assert_eq!(l.get("k", 500, 1000).unwrap(), 5);
+        assert_eq!(l.get("k", 1500, 1000).unwrap(), 3); // half of the previous window remains
+        assert_eq!(l.get("k", 2500, 1000).unwrap(), 0);
+        assert_eq!(l.incr("k", 1500, 1000, 0).unwrap(), 3);
     }
 
     #[test]

@@ -592,3 +592,154 @@ fn waf_helper_scans_every_attacker_controlled_part() {
         Code::SignatureMissing
     );
 }
+
+fn with_user(mut d: DecideRequest, user: &str, device: &str) -> DecideRequest {
+    d.user_id = Some(user.into());
+    d.client.device_id = Some(device.into());
+    d
+}
+
+#[test]
+fn distinct_counts_accounts_per_device() {
+    let sources = [rule(
+        "business/device.rhai",
+        "device-many-accounts",
+        10,
+        "",
+        "if distinct(\"dev-acct:\" + req.device_id, req.user, 3600000) > 3 { review(\"one device, many accounts\") }",
+    )];
+    let (e, _) = engine_with(compile(&sources));
+    let mut codes = Vec::new();
+    for (i, user) in ["a", "b", "a", "c", "d", "b", "e"].iter().enumerate() {
+        let d = with_user(
+            request("shop", "/x", &format!("192.0.2.{i}"), "ua", true),
+            user,
+            "dev-1",
+        );
+        codes.push(e.decide(&d, 1_000_000).unwrap().code);
+    }
+    // a, b, a, c: 3 distinct; d is the 4th; b again is still 4; e makes 5.
+    use Code::*;
+    assert_eq!(codes, [Ok, Ok, Ok, Ok, RuleReview, RuleReview, RuleReview]);
+    // Another device is counted apart.
+    let d = with_user(
+        request("shop", "/x", "192.0.2.99", "ua", true),
+        "z",
+        "dev-2",
+    );
+    assert_eq!(e.decide(&d, 1_000_000).unwrap().code, Ok);
+}
+
+#[test]
+fn claims_are_once_per_user_never_oversold_and_shadow_claims_change_nothing() {
+    let state = RuleState::local(10_000);
+    let lottery = rule(
+        "business/lottery.rhai",
+        "lottery-claim",
+        90,
+        "//! routes: /api/lottery/draw\n",
+        r#"let c = claim("lottery:live-1", req.user, 2);
+if c == "duplicate" { return deny("QUOTA_EXHAUSTED", "one prize per user"); }
+if c == "exhausted" { return deny("QUOTA_EXHAUSTED", "no prizes left"); }
+allow()"#,
+    );
+    let shadow = rule(
+        "business/coupon-shadow.rhai",
+        "coupon-claim-shadow",
+        10,
+        "//! mode: shadow\n//! routes: /api/lottery/draw\n",
+        r#"if claim("coupon:x", req.user, 1) != "granted" { deny("QUOTA_EXHAUSTED", "coupon used") }"#,
+    );
+    let set = RuleSet::compile(&[lottery, shadow], RuleSettings::default(), &state).unwrap();
+    let (e, _) = engine_with(set);
+    let draw = |user: &str| {
+        let d = with_user(
+            request("shop", "/api/lottery/draw", "192.0.2.7", "ua", true),
+            user,
+            "dev",
+        );
+        e.decide(&d, 1_000_000).unwrap()
+    };
+    assert_eq!(draw("u1").code, Code::Ok);
+    let again = draw("u1");
+    assert_eq!((again.code, again.status), (Code::QuotaExhausted, 409));
+    assert_eq!(draw("u2").code, Code::Ok);
+    let late = draw("u3");
+    assert_eq!(late.code, Code::QuotaExhausted);
+    assert!(late.reasons[0].message.contains("no prizes left"));
+    assert_eq!(state.quotas.claimed("lottery:live-1").unwrap(), 2);
+    // The shadow rule only looked: its pool is untouched, and it reported what it would do.
+    assert_eq!(state.quotas.claimed("coupon:x").unwrap(), 0);
+    assert!(
+        late.shadow.is_empty(),
+        "u3 would have been granted the coupon"
+    );
+}
+
+#[test]
+fn later_tiers_teach_the_edge_tier_through_reputation() {
+    let sources = [
+        rule(
+            "edge/reputation.rhai",
+            "bad-reputation",
+            10,
+            "",
+            "if reputation(req) >= 20 { challenge(\"bad reputation\") } else if reputation(\"ja3\", req.ja3) > 0 { score(10, \"seen misbehaving\") }",
+        ),
+        rule(
+            "business/abuse.rhai",
+            "coupon-abuse",
+            10,
+            "//! routes: /api/coupon\n",
+            "if req.param(\"coupon\") == \"STOLEN\" { deny(\"coupon abuse\") }",
+        ),
+    ];
+    let (e, _) = engine_with(compile(&sources));
+    let bot = |path: &str, ip: &str| {
+        let mut d = request("shop", path, ip, "ua", true);
+        d.client.ja3 = Some("ja3-bot".into());
+        d.params = Some(serde_json::json!({"coupon": "STOLEN"}));
+        d
+    };
+    // Before: the edge tier knows nothing.
+    assert_eq!(
+        e.decide(&bot("/home", "192.0.2.1"), 1_000_000)
+            .unwrap()
+            .code,
+        Code::Ok
+    );
+    // The business tier refuses twice (10 points each to ip, device, ja3 and user).
+    for i in 0..2 {
+        let v = e
+            .decide(
+                &bot("/api/coupon", &format!("192.0.2.{}", 10 + i)),
+                1_000_000,
+            )
+            .unwrap();
+        assert_eq!((v.code, v.tier), (Code::RuleDeny, Some("business")));
+    }
+    // Now the same JA3 and user, from a fresh IP, are challenged at the edge.
+    let v = e.decide(&bot("/home", "192.0.2.200"), 1_000_000).unwrap();
+    assert_eq!((v.action, v.tier), (Action::Challenge, Some("edge")));
+    // A client that shares nothing with the bot is not.
+    let mut clean = request("shop", "/home", "192.0.2.201", "ua", true);
+    clean.user_id = Some("someone-else".into());
+    assert_eq!(e.decide(&clean, 1_000_000).unwrap().code, Code::Ok);
+    // Signature failures never write reputation.
+    let mut forged = request("shop", "/api/coupon", "192.0.2.250", "ua", true);
+    forged.user_id = Some("forger".into());
+    forged.params = Some(serde_json::json!({"coupon": "STOLEN"}));
+    forged
+        .request
+        .headers
+        .insert("x-signature".into(), format!("v1={}", "0".repeat(64)));
+    for _ in 0..5 {
+        assert_eq!(
+            e.decide(&forged, 1_000_000).unwrap().code,
+            Code::SignatureInvalid
+        );
+    }
+    let mut check = request("shop", "/home", "192.0.2.250", "ua", true);
+    check.user_id = Some("forger".into());
+    assert_eq!(e.decide(&check, 1_000_000).unwrap().code, Code::Ok);
+}

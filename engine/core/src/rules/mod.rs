@@ -43,8 +43,11 @@ use rhai::{Dynamic, EvalAltResult, ImmutableString, Position, Scope, AST};
 use sha2::{Digest, Sha256};
 
 use crate::engine::{DecisionContext, FailPolicy, Tier};
+use crate::hll::{DistinctStore, LocalDistinct};
 use crate::limits::{LimiterStore, LocalLimiter};
 use crate::model::{Action, Code, Reason, ShadowHit, Step, Verdict};
+use crate::nonce::StoreError;
+use crate::quota::{LocalQuotas, QuotaStore};
 use lists::{list_entries, IpList, StringList};
 
 pub const TIERS: [Tier; 3] = [Tier::Edge, Tier::Gateway, Tier::Business];
@@ -142,18 +145,121 @@ pub struct RuleState {
     pub limiter: Arc<dyn LimiterStore>,
     /// Circuit breakers per route, fed by `POST /v1/outcome`.
     pub breakers: Arc<crate::breaker::LocalBreakers>,
+    pub distinct: Arc<dyn DistinctStore>,
+    pub quotas: Arc<dyn QuotaStore>,
+    pub reputation: ReputationPolicy,
 }
+
+/// How decisions feed reputation (see [`RuleState::learn`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReputationPolicy {
+    /// Reputation is the sum of points over this sliding window.
+    pub window_ms: i64,
+    /// Points for a deny by the gateway or business tier, or a replay.
+    pub deny_points: i64,
+    /// Points for a challenge or review by those tiers.
+    pub challenge_points: i64,
+}
+
+impl Default for ReputationPolicy {
+    fn default() -> Self {
+        ReputationPolicy {
+            window_ms: 3_600_000,
+            deny_points: 10,
+            challenge_points: 3,
+        }
+    }
+}
+
+/// What reputation is kept about.
+pub const REPUTATION_KINDS: [&str; 4] = ["ip", "device", "ja3", "user"];
+
+/// How long a quota pool lives after its last claim: a campaign's "once per user" must outlast it.
+pub const QUOTA_POOL_TTL_MS: i64 = 30 * 24 * 3_600_000;
 
 impl RuleState {
     pub fn local(max_entries: usize) -> Self {
         RuleState {
             limiter: Arc::new(LocalLimiter::new(max_entries)),
             breakers: Arc::new(crate::breaker::LocalBreakers::new()),
+            distinct: Arc::new(LocalDistinct::new(max_entries)),
+            quotas: Arc::new(LocalQuotas::new(max_entries, QUOTA_POOL_TTL_MS)),
+            reputation: ReputationPolicy::default(),
         }
     }
 
     pub fn maintain(&self, now_ms: i64) {
         self.limiter.maintain(now_ms);
+        self.distinct.maintain(now_ms);
+        self.quotas.maintain(now_ms);
+    }
+
+    fn reputation_key(kind: &str, value: &str) -> String {
+        format!("rep\u{1f}{kind}\u{1f}{value}")
+    }
+
+    /// Adds `points` to the reputation of (`kind`, `value`); empty values are ignored.
+    pub fn report(
+        &self,
+        kind: &str,
+        value: &str,
+        points: i64,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        if value.is_empty() || points == 0 {
+            return Ok(());
+        }
+        self.limiter
+            .incr(
+                &Self::reputation_key(kind, value),
+                now_ms,
+                self.reputation.window_ms,
+                points,
+            )
+            .map(|_| ())
+    }
+
+    /// The reputation points of (`kind`, `value`) over the window; 0 when unknown.
+    pub fn reputation(&self, kind: &str, value: &str, now_ms: i64) -> Result<i64, StoreError> {
+        if value.is_empty() {
+            return Ok(0);
+        }
+        self.limiter.get(
+            &Self::reputation_key(kind, value),
+            now_ms,
+            self.reputation.window_ms,
+        )
+    }
+
+    /// Feeds a finished decision into reputation: what the gateway and business tiers refuse, and
+    /// replays of captured requests, count against the client's IP, device, JA3 and user, so edge
+    /// rules can read it on the next request. Steps before the nonce (signature, window) never
+    /// write here: a forged request must cost Rampart no storage.
+    pub fn learn(
+        &self,
+        request: &crate::model::DecideRequest,
+        v: &Verdict,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let later_tier = matches!(v.step, Step::Gateway | Step::Business);
+        let points = match v.action {
+            Action::Allow => return Ok(()),
+            Action::Deny if later_tier || v.code == Code::ReplayDuplicate => {
+                self.reputation.deny_points
+            }
+            Action::Challenge | Action::Review if later_tier => self.reputation.challenge_points,
+            _ => return Ok(()),
+        };
+        let c = &request.client;
+        for (kind, value) in REPUTATION_KINDS.iter().zip([
+            c.ip.as_deref(),
+            c.device_id.as_deref(),
+            c.ja3.as_deref(),
+            request.user_id.as_deref(),
+        ]) {
+            self.report(kind, value.unwrap_or(""), points, now_ms)?;
+        }
+        Ok(())
     }
 }
 
@@ -170,6 +276,8 @@ thread_local! {
     static EVAL_NOW: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
     /// `retry_after_ms` of the last refused `rate_limit` call on this thread.
     static LAST_RETRY: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// True while a shadow rule runs: helpers with lasting effects (claims, reports) only look.
+    static IN_SHADOW: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Settings of a rule set that come from the engine's configuration.
@@ -320,9 +428,15 @@ pub const HELPERS: &[&str] = &[
     "waf",
     "waf_value",
     "circuit_open",
+    "distinct",
+    "claim",
+    "claimed",
+    "reputation",
+    "report",
 ];
 
 fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
+    let full_state = state.clone();
     let mut e = rhai::Engine::new();
     e.set_max_operations(20_000)
         .set_max_call_levels(8)
@@ -506,7 +620,93 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
                 .map_err(|e| rt_err(format!("count: {e}")))
         },
     );
+    if let Some(st) = full_state {
+        register_state_helpers(&mut e, st);
+    }
     e
+}
+
+fn register_state_helpers(e: &mut rhai::Engine, st: RuleState) {
+    let now = || EVAL_NOW.with(|n| n.get());
+    let s = st.clone();
+    e.register_fn(
+        "distinct",
+        move |key: &str, item: &str, window_ms: i64| -> RhaiResult<i64> {
+            let n = if item.is_empty() {
+                s.distinct.count(key, now(), window_ms)
+            } else {
+                s.distinct.add(key, item, now(), window_ms)
+            };
+            n.map(|n| n as i64)
+                .map_err(|e| rt_err(format!("distinct: {e}")))
+        },
+    );
+    let s = st.clone();
+    e.register_fn(
+        "claim",
+        move |pool: &str, user: &str, stock: i64| -> RhaiResult<ImmutableString> {
+            let stock =
+                u64::try_from(stock).map_err(|_| rt_err("claim: stock must be ≥ 0".into()))?;
+            let c = if IN_SHADOW.with(|f| f.get()) {
+                s.quotas.peek(pool, user, stock)
+            } else {
+                s.quotas.claim(pool, user, stock, now())
+            };
+            c.map(|c| c.as_str().into())
+                .map_err(|e| rt_err(format!("claim: {e}")))
+        },
+    );
+    let s = st.clone();
+    e.register_fn("claimed", move |pool: &str| -> RhaiResult<i64> {
+        s.quotas
+            .claimed(pool)
+            .map(|n| n as i64)
+            .map_err(|e| rt_err(format!("claimed: {e}")))
+    });
+    let kind_ok = |helper: &str, kind: &str| -> RhaiResult<()> {
+        if REPUTATION_KINDS.contains(&kind) {
+            Ok(())
+        } else {
+            Err(rt_err(format!(
+                "{helper}: kind must be one of ip, device, ja3, user (not {kind:?})"
+            )))
+        }
+    };
+    let s = st.clone();
+    e.register_fn(
+        "reputation",
+        move |kind: &str, value: &str| -> RhaiResult<i64> {
+            kind_ok("reputation", kind)?;
+            s.reputation(kind, value, now())
+                .map_err(|e| rt_err(format!("reputation: {e}")))
+        },
+    );
+    let s = st.clone();
+    e.register_fn("reputation", move |r: &mut Req| -> RhaiResult<i64> {
+        let mut worst = 0;
+        for (kind, value) in REPUTATION_KINDS
+            .iter()
+            .zip([&r.ip, &r.device_id, &r.ja3, &r.user])
+        {
+            worst = worst.max(
+                s.reputation(kind, value, now())
+                    .map_err(|e| rt_err(format!("reputation: {e}")))?,
+            );
+        }
+        Ok(worst)
+    });
+    let s = st;
+    e.register_fn(
+        "report",
+        move |kind: &str, value: &str, points: i64| -> RhaiResult<()> {
+            kind_ok("report", kind)?;
+            if IN_SHADOW.with(|f| f.get()) {
+                return Ok(());
+            }
+            s.report(kind, value, points, now())
+                .map_err(|e| rt_err(format!("report: {e}")))
+        },
+    );
 }
 
 struct TierIndex {
@@ -561,6 +761,7 @@ impl TierIndex {
 pub struct RuleSet {
     version: String,
     engine: rhai::Engine,
+    state: Option<RuleState>,
     tiers: [TierIndex; 3],
     settings: RuleSettings,
     evaluations: AtomicU64,
@@ -852,6 +1053,7 @@ impl RuleSet {
         RuleSet {
             version: "none".into(),
             engine: build_engine(Arc::new(Lists::default()), None),
+            state: None,
             tiers: [
                 TierIndex::build(Vec::new()),
                 TierIndex::build(Vec::new()),
@@ -991,6 +1193,7 @@ impl RuleSet {
         Ok(RuleSet {
             version,
             engine,
+            state: Some(state.clone()),
             tiers: [
                 TierIndex::build(e),
                 TierIndex::build(g),
@@ -1004,6 +1207,11 @@ impl RuleSet {
 
     pub fn version(&self) -> &str {
         &self.version
+    }
+
+    /// The engine-wide state the set's helpers use (none for the empty set).
+    pub fn state(&self) -> Option<&RuleState> {
+        self.state.as_ref()
     }
 
     pub fn rule_count(&self) -> usize {
@@ -1071,7 +1279,10 @@ impl RuleSet {
                 continue;
             }
             LAST_RETRY.with(|r| r.set(0));
-            let outcome = match self.eval(rule, &mut scope) {
+            IN_SHADOW.with(|f| f.set(rule.meta.mode == Mode::Shadow));
+            let outcome = self.eval(rule, &mut scope);
+            IN_SHADOW.with(|f| f.set(false));
+            let outcome = match outcome {
                 Ok(o) => o,
                 Err(msg) => {
                     rule.errors.fetch_add(1, Ordering::Relaxed);

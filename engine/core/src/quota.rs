@@ -1,0 +1,274 @@
+//! Quotas and claims: a limited stock handed out at most once per user and never oversold — the
+//! coupon that each user may redeem once, the live-stream lottery with 100 prizes.
+//!
+//! `claim(pool, user, stock)` is one atomic step: if `user` already holds a claim in `pool` the
+//! answer is [`Claim::Duplicate`]; else if `pool` has handed out `stock` claims it is
+//! [`Claim::Exhausted`]; else the claim is recorded and [`Claim::Granted`] returned with what is
+//! left. The stock is read from the rule on every call, so editing the rule changes the stock
+//! (claims already granted stay granted). Claims live for the pool's lifetime (`ttl_ms` after
+//! the pool's last claim), so "once per user" holds for the whole campaign.
+//!
+//! [`QuotaStore`] is the trait the Redis store implements with one script per claim (and stock
+//! segments spread over cluster nodes); [`LocalQuotas`] is the in-process implementation: one
+//! mutex per pool shard, so of N racing claims exactly `stock` succeed.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::nonce::StoreError;
+use crate::ttl::PurgeGate;
+
+/// The answer to a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    Granted {
+        remaining: u64,
+    },
+    /// This user already holds a claim in the pool.
+    Duplicate,
+    /// The pool's stock is gone.
+    Exhausted,
+}
+
+impl Claim {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Claim::Granted { .. } => "granted",
+            Claim::Duplicate => "duplicate",
+            Claim::Exhausted => "exhausted",
+        }
+    }
+}
+
+pub trait QuotaStore: Send + Sync {
+    /// Atomically: one claim of `pool` for `user` against a stock of `stock`.
+    fn claim(&self, pool: &str, user: &str, stock: u64, now_ms: i64) -> Result<Claim, StoreError>;
+    /// What a claim would answer now, changing nothing (shadow rules use this).
+    fn peek(&self, pool: &str, user: &str, stock: u64) -> Result<Claim, StoreError>;
+    /// Claims granted so far in `pool`.
+    fn claimed(&self, pool: &str) -> Result<u64, StoreError>;
+    fn maintain(&self, now_ms: i64);
+    /// Pools held.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[derive(Debug, Default)]
+struct Pool {
+    holders: HashSet<Box<str>>,
+    last_ms: i64,
+}
+
+impl Pool {
+    fn answer(&self, user: &str, stock: u64) -> Claim {
+        if self.holders.contains(user) {
+            Claim::Duplicate
+        } else if self.holders.len() as u64 >= stock {
+            Claim::Exhausted
+        } else {
+            Claim::Granted {
+                remaining: stock - self.holders.len() as u64 - 1,
+            }
+        }
+    }
+}
+
+type PoolShard = Mutex<HashMap<Box<str>, Pool>>;
+
+const SHARDS: usize = 16;
+
+/// In-process quotas. Memory: one entry per granted claim (a pool of 100 prizes holds 100 user
+/// ids), bounded by `max_claims` over all pools.
+pub struct LocalQuotas {
+    shards: Box<[PoolShard]>,
+    hasher: std::collections::hash_map::RandomState,
+    claims: AtomicUsize,
+    pools: AtomicUsize,
+    max_claims: usize,
+    ttl_ms: i64,
+    last_purge: PurgeGate,
+}
+
+impl LocalQuotas {
+    /// `ttl_ms`: how long a pool is kept after its last claim.
+    pub fn new(max_claims: usize, ttl_ms: i64) -> Self {
+        LocalQuotas {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: Default::default(),
+            claims: AtomicUsize::new(0),
+            pools: AtomicUsize::new(0),
+            max_claims,
+            ttl_ms,
+            last_purge: PurgeGate::new(),
+        }
+    }
+
+    fn shard(&self, pool: &str) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Pool>> {
+        self.shards[(self.hasher.hash_one(pool) as usize) % SHARDS]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn check(pool: &str, user: &str) -> Result<(), StoreError> {
+    if pool.is_empty() || user.is_empty() {
+        return Err(StoreError::Unavailable(
+            "claim needs a pool and a user".into(),
+        ));
+    }
+    Ok(())
+}
+
+impl QuotaStore for LocalQuotas {
+    fn claim(&self, pool: &str, user: &str, stock: u64, now_ms: i64) -> Result<Claim, StoreError> {
+        check(pool, user)?;
+        let mut map = self.shard(pool);
+        let answer = map.get(pool).map_or_else(
+            || Pool::default().answer(user, stock),
+            |p| p.answer(user, stock),
+        );
+        if let Claim::Granted { .. } = answer {
+            if self.claims.load(Ordering::Relaxed) >= self.max_claims {
+                return Err(StoreError::Full(format!(
+                    "quota store holds {} claims (the configured maximum)",
+                    self.max_claims
+                )));
+            }
+            let p = map.entry(pool.into()).or_insert_with(|| {
+                self.pools.fetch_add(1, Ordering::Relaxed);
+                Pool::default()
+            });
+            p.holders.insert(user.into());
+            p.last_ms = now_ms;
+            self.claims.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(answer)
+    }
+
+    fn peek(&self, pool: &str, user: &str, stock: u64) -> Result<Claim, StoreError> {
+        check(pool, user)?;
+        let map = self.shard(pool);
+        Ok(map.get(pool).map_or_else(
+            || Pool::default().answer(user, stock),
+            |p| p.answer(user, stock),
+        ))
+    }
+
+    fn claimed(&self, pool: &str) -> Result<u64, StoreError> {
+        Ok(self
+            .shard(pool)
+            .get(pool)
+            .map_or(0, |p| p.holders.len() as u64))
+    }
+
+    fn maintain(&self, now_ms: i64) {
+        if !self.last_purge.due(now_ms) {
+            return;
+        }
+        for shard in self.shards.iter() {
+            let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
+            map.retain(|_, p| {
+                let keep = now_ms - p.last_ms < self.ttl_ms;
+                if !keep {
+                    self.claims.fetch_sub(p.holders.len(), Ordering::Relaxed);
+                    self.pools.fetch_sub(1, Ordering::Relaxed);
+                }
+                keep
+            });
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.pools.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn once_per_user_and_never_oversold() {
+        let q = LocalQuotas::new(1000, 60_000);
+        assert_eq!(
+            q.claim("p", "a", 2, 0).unwrap(),
+            Claim::Granted { remaining: 1 }
+        );
+        assert_eq!(q.claim("p", "a", 2, 0).unwrap(), Claim::Duplicate);
+        assert_eq!(
+            q.peek("p", "b", 2).unwrap(),
+            Claim::Granted { remaining: 0 }
+        );
+        assert_eq!(
+            q.claim("p", "b", 2, 0).unwrap(),
+            Claim::Granted { remaining: 0 }
+        );
+        assert_eq!(q.claim("p", "c", 2, 0).unwrap(), Claim::Exhausted);
+        assert_eq!(q.claim("p", "b", 2, 0).unwrap(), Claim::Duplicate);
+        assert_eq!(q.claimed("p").unwrap(), 2);
+        // A larger stock in an edited rule hands out more; a smaller one stops at once.
+        assert_eq!(
+            q.claim("p", "c", 3, 0).unwrap(),
+            Claim::Granted { remaining: 0 }
+        );
+        assert_eq!(q.claim("p", "d", 1, 0).unwrap(), Claim::Exhausted);
+        assert!(q.claim("", "d", 1, 0).is_err());
+    }
+
+    #[test]
+    fn racing_claims_grant_exactly_the_stock() {
+        let q = Arc::new(LocalQuotas::new(1_000_000, 60_000));
+        let stock = 100;
+        let granted: usize = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|t| {
+                    let q = q.clone();
+                    s.spawn(move || {
+                        let mut n = 0;
+                        for i in 0..1000 {
+                            // Every user tries twice, from two threads.
+                            let user = format!("u{}", (t / 2) * 1000 + i);
+                            if let Claim::Granted { .. } =
+                                q.claim("prize", &user, stock, 0).unwrap()
+                            {
+                                n += 1;
+                            }
+                        }
+                        n
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(granted, stock as usize);
+        assert_eq!(q.claimed("prize").unwrap(), stock);
+    }
+
+    #[test]
+    fn pools_expire_after_their_last_claim() {
+        let q = LocalQuotas::new(10, 1000);
+        q.claim("p", "a", 5, 0).unwrap();
+        q.maintain(500);
+        assert_eq!(q.len(), 1);
+        q.maintain(5000);
+        assert_eq!(q.len(), 0);
+        assert_eq!(
+            q.claim("p", "a", 5, 5000).unwrap(),
+            Claim::Granted { remaining: 4 }
+        );
+    }
+
+    #[test]
+    fn bounded() {
+        let q = LocalQuotas::new(2, 1000);
+        q.claim("p", "a", 5, 0).unwrap();
+        q.claim("q", "a", 5, 0).unwrap();
+        assert!(matches!(q.claim("p", "b", 5, 0), Err(StoreError::Full(_))));
+        assert_eq!(q.claim("p", "a", 5, 0).unwrap(), Claim::Duplicate);
+    }
+}
