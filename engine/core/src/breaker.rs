@@ -106,6 +106,11 @@ impl LocalBreakers {
         Self::default()
     }
 
+    /// Forgets every breaker.
+    pub fn clear(&self) {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     /// Whether a request to the route may pass now (creating the breaker on first use).
     pub fn allow(&self, key: &str, now: i64, cfg: BreakerConfig) -> bool {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());

@@ -213,6 +213,14 @@ impl LocalDistinct {
         }
     }
 
+    /// Forgets every key (regression runs start each sample from nothing).
+    pub fn clear(&self) {
+        for shard in self.shards.iter() {
+            shard.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        }
+        self.len.store(0, Ordering::Relaxed);
+    }
+
     fn with<R>(
         &self,
         key: &str,

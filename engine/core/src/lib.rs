@@ -15,6 +15,7 @@ pub mod limits;
 pub mod model;
 pub mod nonce;
 pub mod quota;
+pub mod regress;
 pub mod rules;
 pub mod sign;
 pub mod ttl;

@@ -107,6 +107,15 @@ impl LocalQuotas {
         }
     }
 
+    /// Forgets every pool.
+    pub fn clear(&self) {
+        for shard in self.shards.iter() {
+            shard.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        }
+        self.claims.store(0, Ordering::Relaxed);
+        self.pools.store(0, Ordering::Relaxed);
+    }
+
     fn shard(&self, pool: &str) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Pool>> {
         self.shards[(self.hasher.hash_one(pool) as usize) % SHARDS]
             .lock()

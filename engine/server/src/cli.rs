@@ -1,4 +1,4 @@
-//! The `rampart` command line: `serve`, `check`, `sign`.
+//! The `rampart` command line: `serve`, `check`, `sign`, `regress`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,6 +37,9 @@ enum Cmd {
     },
     /// Print the anti-replay headers for a request (for integrators, docs and tests).
     Sign(Box<SignArgs>),
+    /// Replay recorded samples through a rule set: detection and false-positive rates, per-rule
+    /// hits, failing samples, changes against another set.
+    Regress(Box<crate::regress_cmd::RegressArgs>),
 }
 
 #[derive(clap::Args)]
@@ -100,6 +103,7 @@ pub fn run() -> ExitCode {
     match cli.cmd {
         Cmd::Serve { config } => serve(config),
         Cmd::Check { config } => check(config),
+        Cmd::Regress(args) => crate::regress_cmd::run(*args),
         Cmd::Sign(args) => match sign_cmd(*args) {
             Ok(out) => {
                 println!("{out}");

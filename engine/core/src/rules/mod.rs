@@ -336,6 +336,8 @@ pub struct Req {
     pub now_ms: i64,
     headers: Arc<HashMap<String, ImmutableString>>,
     params: Arc<serde_json::Value>,
+    /// The WAF scan of this request, done once however many rules ask.
+    waf_hit: Arc<std::sync::OnceLock<Option<(crate::waf::Attack, &'static str)>>>,
 }
 
 impl Req {
@@ -372,7 +374,21 @@ impl Req {
                     .collect(),
             ),
             params: Arc::new(r.params.clone().unwrap_or(serde_json::Value::Null)),
+            waf_hit: Arc::default(),
         }
+    }
+
+    /// The first attack the WAF detectors find in the request, and where (cached).
+    pub fn waf(&self) -> Option<(crate::waf::Attack, &'static str)> {
+        *self.waf_hit.get_or_init(|| {
+            crate::waf::scan_request(
+                &self.path,
+                &self.query,
+                &self.body,
+                Some(&self.params),
+                self.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            )
+        })
     }
 
     fn header(&self, name: &str) -> ImmutableString {
@@ -427,6 +443,7 @@ pub const HELPERS: &[&str] = &[
     "count",
     "waf",
     "waf_value",
+    "waf_part",
     "circuit_open",
     "distinct",
     "claim",
@@ -525,15 +542,12 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
     });
 
     e.register_fn("waf", |r: &mut Req| -> ImmutableString {
-        crate::waf::scan_request(
-            &r.path,
-            &r.query,
-            &r.body,
-            Some(&r.params),
-            r.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        )
-        .map(|(a, _)| a.as_str().into())
-        .unwrap_or_default()
+        r.waf()
+            .map(|(a, _)| a.as_str().into())
+            .unwrap_or_default()
+    });
+    e.register_fn("waf_part", |r: &mut Req| -> ImmutableString {
+        r.waf().map(|(_, part)| part.into()).unwrap_or_default()
     });
     e.register_fn("waf_value", |v: &str| -> ImmutableString {
         crate::waf::scan_value(v)
@@ -1403,6 +1417,13 @@ impl LiveRules {
 
     pub fn empty() -> Self {
         Self::new(RuleSet::empty(RuleSettings::default()))
+    }
+
+    /// Starts from a set that is already shared.
+    pub fn from_arc(set: Arc<RuleSet>) -> Self {
+        LiveRules {
+            current: ArcSwap::new(set),
+        }
     }
 
     /// The snapshot a decision uses from its first tier to its last.
