@@ -20,13 +20,13 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::breaker::LocalBreakers;
 use crate::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy};
 use crate::fingerprint::LocalFingerprintStore;
-use crate::model::{Action, DecideRequest, JudgedRequest, Verdict};
-use crate::nonce::ExactNonceStore;
-use crate::breaker::LocalBreakers;
 use crate::hll::LocalDistinct;
 use crate::limits::LocalLimiter;
+use crate::model::{Action, DecideRequest, JudgedRequest, Verdict};
+use crate::nonce::ExactNonceStore;
 use crate::quota::LocalQuotas;
 use crate::rules::{LiveRules, RuleError, RuleSet, RuleSettings, RuleState, Source};
 use crate::sign::{sign, ToSign};
@@ -74,12 +74,6 @@ pub struct Expect {
     pub tier: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
-}
-
-impl Default for Action {
-    fn default() -> Self {
-        Action::Allow
-    }
 }
 
 /// One recorded request (or short sequence) and the decision it should get.
@@ -416,9 +410,7 @@ impl Runner {
                 .map(|part| {
                     s.spawn(move || {
                         let world = World::new(self);
-                        part.iter()
-                            .map(|x| world.run(x))
-                            .collect::<Vec<_>>()
+                        part.iter().map(|x| world.run(x)).collect::<Vec<_>>()
                     })
                 })
                 .collect();

@@ -207,7 +207,8 @@ fn check(config: Option<PathBuf>) -> ExitCode {
         println!("app {id}: window ±{w} ms");
     }
     println!("{}", sizing_report(&v));
-    let state = rampart_core::rules::RuleState::local(v.raw.rules.max_limiter_keys);
+    let mut state = rampart_core::rules::RuleState::local(v.raw.rules.max_limiter_keys);
+    state.reputation.window_ms = v.raw.rules.reputation_window_ms;
     match crate::runtime::load_rules(&v, &state) {
         Ok(set) => {
             match &v.raw.rules.dir {
@@ -217,7 +218,12 @@ fn check(config: Option<PathBuf>) -> ExitCode {
                     dir.display(),
                     set.version()
                 ),
-                None => println!("rules: none configured ([rules] dir)"),
+                None if v.raw.rules.defaults => println!(
+                    "rules: the built-in default set, {} rules, version {}",
+                    set.rule_count(),
+                    set.version()
+                ),
+                None => println!("rules: none ([rules] defaults = false and no dir)"),
             }
             ExitCode::SUCCESS
         }

@@ -221,8 +221,13 @@ impl Default for DecisionLogConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RulesConfig {
-    /// Directory of the rule set (`edge/`, `gateway/`, `business/`, `lists/`). Absent = no rules.
+    /// Directory of the rule set (`edge/`, `gateway/`, `business/`, `lists/`). Absent = the
+    /// built-in default set, or no rules when `defaults = false`.
     pub dir: Option<PathBuf>,
+    /// Without `dir`: run the default rule set built into the binary (the repository's `rules/`).
+    pub defaults: bool,
+    /// Reputation (fed by gateway/business refusals and replays) is summed over this window.
+    pub reputation_window_ms: i64,
     /// Watch `dir` and swap in a new set when its files change (a failed compile keeps the old).
     pub reload: bool,
     pub reload_interval_ms: u64,
@@ -242,6 +247,8 @@ impl Default for RulesConfig {
         let d = rampart_core::rules::RuleSettings::default();
         RulesConfig {
             dir: None,
+            defaults: true,
+            reputation_window_ms: 3_600_000,
             reload: true,
             reload_interval_ms: 1000,
             edge_on_error: OnStoreError::Allow,
@@ -543,6 +550,9 @@ impl Config {
         }
         if !(r.challenge_score <= r.review_score && r.review_score <= r.deny_score) {
             errs.push("rules: challenge_score ≤ review_score ≤ deny_score is required".into());
+        }
+        if self.rules.reputation_window_ms <= 0 {
+            errs.push("rules.reputation_window_ms must be positive".into());
         }
         if r.reload_interval_ms < 100 {
             errs.push("rules.reload_interval_ms must be at least 100".into());

@@ -97,7 +97,10 @@ fn pct(hits: u64, total: u64) -> String {
     if total == 0 {
         "—".into()
     } else {
-        format!("{hits}/{total} ({:.1}%)", 100.0 * hits as f64 / total as f64)
+        format!(
+            "{hits}/{total} ({:.1}%)",
+            100.0 * hits as f64 / total as f64
+        )
     }
 }
 
@@ -136,7 +139,12 @@ fn regress(a: &RegressArgs) -> Result<(String, bool), String> {
     Ok((text_report(a, &report, corpus.as_ref(), other.as_ref()), ok))
 }
 
-fn text_report(a: &RegressArgs, report: &Report, corpus: Option<&Report>, other: Option<&Report>) -> String {
+fn text_report(
+    a: &RegressArgs,
+    report: &Report,
+    corpus: Option<&Report>,
+    other: Option<&Report>,
+) -> String {
     let mut o = String::new();
     let kinds = |k: Kind| report.results.iter().filter(|r| r.kind == k).count();
     let _ = writeln!(
@@ -152,13 +160,30 @@ fn text_report(a: &RegressArgs, report: &Report, corpus: Option<&Report>, other:
     );
     let d = report.detection();
     let f = report.false_positives();
-    let _ = writeln!(o, "  detection (attacks refused):         {}", pct(d.hits, d.total));
-    let _ = writeln!(o, "  false positives (benign refused):    {}", pct(f.hits, f.total));
+    let _ = writeln!(
+        o,
+        "  detection (attacks refused):         {}",
+        pct(d.hits, d.total)
+    );
+    let _ = writeln!(
+        o,
+        "  false positives (benign refused):    {}",
+        pct(f.hits, f.total)
+    );
     let _ = writeln!(o, "\nby category (refused / total):");
     for ((kind, cat), rate) in report.by_category() {
-        let _ = writeln!(o, "  {:<8} {:<22} {}", format!("{kind:?}").to_lowercase(), cat, pct(rate.hits, rate.total));
+        let _ = writeln!(
+            o,
+            "  {:<8} {:<22} {}",
+            format!("{kind:?}").to_lowercase(),
+            cat,
+            pct(rate.hits, rate.total)
+        );
     }
-    let _ = writeln!(o, "\nrule hits (final decisions; shadow: would-be actions):");
+    let _ = writeln!(
+        o,
+        "\nrule hits (final decisions; shadow: would-be actions):"
+    );
     for (rule, n) in &report.rule_hits {
         let _ = writeln!(o, "  {rule:<40} {n}");
     }
@@ -171,14 +196,26 @@ fn text_report(a: &RegressArgs, report: &Report, corpus: Option<&Report>, other:
                 "  {}: expected {}{}{}, got {}",
                 r.name,
                 r.expect.action.as_str(),
-                r.expect.code.as_deref().map(|c| format!(" {c}")).unwrap_or_default(),
-                r.expect.rule.as_deref().map(|c| format!(" rule {c}")).unwrap_or_default(),
+                r.expect
+                    .code
+                    .as_deref()
+                    .map(|c| format!(" {c}"))
+                    .unwrap_or_default(),
+                r.expect
+                    .rule
+                    .as_deref()
+                    .map(|c| format!(" rule {c}"))
+                    .unwrap_or_default(),
                 r.got.summary()
             );
         }
     }
     if let Some(c) = corpus {
-        let _ = writeln!(o, "\nCRS corpus ({} requests), refused by paranoia level:", c.results.len());
+        let _ = writeln!(
+            o,
+            "\nCRS corpus ({} requests), refused by paranoia level:",
+            c.results.len()
+        );
         for ((kind, pl), rate) in c.by_paranoia() {
             let label = match kind {
                 Kind::Attack => "attack",
@@ -198,12 +235,21 @@ fn text_report(a: &RegressArgs, report: &Report, corpus: Option<&Report>, other:
         let _ = writeln!(
             o,
             "\nagainst {} (version {}): {} samples change decision",
-            a.against.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            a.against
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
             other.ruleset_version,
             changes.len()
         );
         for c in changes.iter().take(if a.all { usize::MAX } else { 50 }) {
-            let _ = writeln!(o, "  {}: {} → {}", c.name, c.before.summary(), c.after.summary());
+            let _ = writeln!(
+                o,
+                "  {}: {} → {}",
+                c.name,
+                c.before.summary(),
+                c.after.summary()
+            );
         }
     }
     o

@@ -101,10 +101,33 @@ pub enum StartError {
 }
 
 /// Compiles the rule set configured in `[rules] dir` (the empty set when there is none).
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/default_rules.rs"));
+}
+
+/// The default rule set built into the binary.
+pub fn default_rules() -> Vec<Source> {
+    embedded::DEFAULT_RULES
+        .iter()
+        .map(|(path, text)| Source {
+            path: (*path).into(),
+            text: (*text).into(),
+        })
+        .collect()
+}
+
 pub fn load_rules(cfg: &Validated, state: &RuleState) -> Result<RuleSet, StartError> {
     let settings = cfg.raw.rules.settings();
     let Some(dir) = &cfg.raw.rules.dir else {
-        return Ok(RuleSet::empty(settings));
+        if !cfg.raw.rules.defaults {
+            return Ok(RuleSet::empty(settings));
+        }
+        return RuleSet::compile(&default_rules(), settings, state).map_err(|errors| {
+            StartError::Rules {
+                dir: "<built-in default rules>".into(),
+                errors,
+            }
+        });
     };
     let shown = dir.display().to_string();
     let sources = crate::rules_dir::read_sources(dir).map_err(|err| StartError::RulesDir {
@@ -134,7 +157,8 @@ impl Runtime {
             NonceMode::Exact => "exact",
         };
         let fingerprints = Arc::new(LocalFingerprintStore::new(st.fingerprint_max_entries));
-        let rule_state = RuleState::local(cfg.raw.rules.max_limiter_keys);
+        let mut rule_state = RuleState::local(cfg.raw.rules.max_limiter_keys);
+        rule_state.reputation.window_ms = cfg.raw.rules.reputation_window_ms;
         let rules = Arc::new(LiveRules::new(load_rules(&cfg, &rule_state)?));
         let engine = Engine::new(cfg.engine_settings(), nonces, fingerprints, rules);
         let metrics = Arc::new(Metrics::new(mode));

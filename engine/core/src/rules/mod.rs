@@ -542,9 +542,7 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
     });
 
     e.register_fn("waf", |r: &mut Req| -> ImmutableString {
-        r.waf()
-            .map(|(a, _)| a.as_str().into())
-            .unwrap_or_default()
+        r.waf().map(|(a, _)| a.as_str().into()).unwrap_or_default()
     });
     e.register_fn("waf_part", |r: &mut Req| -> ImmutableString {
         r.waf().map(|(_, part)| part.into()).unwrap_or_default()

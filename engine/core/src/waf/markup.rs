@@ -4,7 +4,12 @@
 //! (`document.cookie`, `self["alert"]`, `setTimeout(`, `` [].sort.call`${alert}` ``).
 //! Also server-side JavaScript injection (Node.js `process`/`child_process`, prototype pollution).
 
+use std::sync::OnceLock;
+
+use aho_corasick::AhoCorasick;
+
 use super::norm::called_names;
+use super::Shape;
 
 /// Tags that run script, load content or submit data.
 const TAGS: &[&str] = &[
@@ -105,9 +110,28 @@ const DOM: &[&str] = &[
     "<!--#printenv",
 ];
 
-pub(super) fn xss(stripped: &str) -> bool {
-    let lower = stripped.to_ascii_lowercase();
-    event_handler(&lower) || tag(&lower) || attribute(&lower) || dom(&lower) || evaluator(&lower)
+/// `lower`: the value in lower case, comments removed.
+pub(super) fn xss(lower: &str, shape: Shape) -> bool {
+    use Shape as S;
+    (shape.any(S::EQ) && event_handler(lower))
+        || (shape.any(S::LT) && tag(lower))
+        || (shape.any(S::EQ | S::COLON) && attribute(lower))
+        || (shape.any(
+            S::DOT
+                | S::BRACKET
+                | S::OPEN
+                | S::BACKTICK
+                | S::COLON
+                | S::OTHER
+                | S::DASH
+                | S::LT
+                | S::DOLLAR,
+        ) && dom(lower))
+        || (shape.any(S::OPEN) && evaluator(lower))
+}
+
+fn automaton(patterns: &[&str]) -> AhoCorasick {
+    AhoCorasick::new(patterns).expect("patterns build")
 }
 
 /// ` onload=`, `"onx=`: an event-handler attribute (`on` + letters + `=`), after a character that
@@ -239,8 +263,14 @@ fn data_uri(lower: &str) -> bool {
 }
 
 fn dom(lower: &str) -> bool {
-    let compact: String = lower.chars().filter(|c| !c.is_whitespace()).collect();
-    DOM.iter().any(|d| compact.contains(d))
+    static AC: OnceLock<AhoCorasick> = OnceLock::new();
+    let ac = AC.get_or_init(|| automaton(DOM));
+    if lower.contains(char::is_whitespace) {
+        let compact: String = lower.chars().filter(|c| !c.is_whitespace()).collect();
+        ac.is_match(&compact)
+    } else {
+        ac.is_match(lower)
+    }
 }
 
 fn evaluator(lower: &str) -> bool {
@@ -257,8 +287,7 @@ fn evaluator(lower: &str) -> bool {
 }
 
 /// Server-side JavaScript: Node's `process`/`child_process`, `require('…')`, prototype pollution.
-pub(super) fn nodejs(v: &str) -> bool {
-    let lower = v.to_ascii_lowercase();
+pub(super) fn nodejs(lower: &str) -> bool {
     const MARKERS: &[&str] = &[
         "child_process",
         "process.mainmodule",
@@ -276,5 +305,6 @@ pub(super) fn nodejs(v: &str) -> bool {
         "global.process",
         "this.constructor",
     ];
-    MARKERS.iter().any(|m| lower.contains(m))
+    static AC: OnceLock<AhoCorasick> = OnceLock::new();
+    AC.get_or_init(|| automaton(MARKERS)).is_match(lower)
 }

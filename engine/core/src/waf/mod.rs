@@ -198,7 +198,11 @@ fn vocabulary() -> &'static Vocabulary {
 }
 
 fn traversal(v: &str) -> bool {
-    let norm = v.replace('\\', "/");
+    let norm = if v.contains('\\') {
+        std::borrow::Cow::Owned(v.replace('\\', "/"))
+    } else {
+        std::borrow::Cow::Borrowed(v)
+    };
     let dotdot = norm.contains("../")
         || norm.contains("..;")
         || norm.ends_with("/..")
@@ -208,7 +212,8 @@ fn traversal(v: &str) -> bool {
         return true;
     }
     // An OS file probed by name, as a path (not merely a word in a sentence).
-    vocabulary().os_files.find_iter(&norm).any(|m| {
+    let norm: &str = &norm;
+    vocabulary().os_files.find_iter(norm).any(|m| {
         let before = norm[..m.start()].chars().last();
         matches!(before, None | Some('/') | Some('=') | Some(':'))
     })
@@ -237,8 +242,8 @@ fn path_attack(path: &str) -> Option<Attack> {
     (hidden || restricted).then_some(Attack::Traversal)
 }
 
-fn rfi(v: &str) -> bool {
-    let lower = v.trim().to_ascii_lowercase();
+fn rfi(lower: &str) -> bool {
+    let lower = lower.trim();
     // `file?`, `http?`: a scheme word and a trailing `?` to cut off the including script's suffix.
     if ["file", "ftp", "ftps", "http", "https"]
         .iter()
@@ -317,29 +322,103 @@ const JAVA_GADGETS: &[&str] = &[
     "java.",
 ];
 
-fn java(v: &str) -> bool {
+fn java(v: &str, lower: &str, shape: Shape) -> bool {
     if vocabulary().java.is_match(v) {
         return true;
     }
-    let lower = v.to_ascii_lowercase();
     if (lower.contains("runtime") || lower.contains("processbuilder"))
         && JAVA_GADGETS.iter().any(|g| lower.contains(g))
     {
         return true;
     }
     // Log4Shell lookups, also nested to hide `jndi` (`${${::-j}ndi:…}`, `${lower:j}`).
-    lower.match_indices("${").any(|(i, _)| {
-        let rest = &lower[i + 2..];
-        let window = &rest[..rest.len().min(256)];
-        window.contains("jndi")
-            || window.contains("${")
-            || window.starts_with("::-")
-            || [
-                "lower:", "upper:", "env:", "sys:", "java:", "main:", "base64:", "date:", "ctx:",
-            ]
-            .iter()
-            .any(|l| window.starts_with(l))
-    })
+    shape.has(Shape::DOLLAR | Shape::BRACE)
+        && lower.match_indices("${").any(|(i, _)| {
+            let rest = &lower[i + 2..];
+            let window = &rest[..rest.len().min(256)];
+            window.contains("jndi")
+                || window.contains("${")
+                || window.starts_with("::-")
+                || [
+                    "lower:", "upper:", "env:", "sys:", "java:", "main:", "base64:", "date:",
+                    "ctx:",
+                ]
+                .iter()
+                .any(|l| window.starts_with(l))
+        })
+}
+
+/// Which kinds of characters a value contains, found in one pass: detectors that need a kind
+/// the value lacks are skipped (most values are plain words, numbers and ids).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shape(u32);
+
+impl Shape {
+    pub(crate) const QUOTE: u32 = 1; // ' "
+    pub(crate) const OPEN: u32 = 1 << 1; // (
+    pub(crate) const CLOSE: u32 = 1 << 2; // )
+    pub(crate) const LT: u32 = 1 << 3;
+    pub(crate) const GT: u32 = 1 << 4;
+    pub(crate) const SEP: u32 = 1 << 5; // ; | &
+    pub(crate) const BACKTICK: u32 = 1 << 6;
+    pub(crate) const DOLLAR: u32 = 1 << 7;
+    pub(crate) const ENCODED: u32 = 1 << 8; // % +
+    pub(crate) const BACKSLASH: u32 = 1 << 9;
+    pub(crate) const DOT: u32 = 1 << 10;
+    pub(crate) const SLASH: u32 = 1 << 11;
+    pub(crate) const COLON: u32 = 1 << 12;
+    pub(crate) const EQ: u32 = 1 << 13;
+    pub(crate) const HASH: u32 = 1 << 14;
+    pub(crate) const BRACE: u32 = 1 << 15; // { }
+    pub(crate) const BRACKET: u32 = 1 << 16; // [ ]
+    pub(crate) const NEWLINE: u32 = 1 << 17;
+    pub(crate) const SPACE: u32 = 1 << 18; // space, tab, comma
+    pub(crate) const DASH: u32 = 1 << 19;
+    pub(crate) const UNDERSCORE: u32 = 1 << 20;
+    pub(crate) const OTHER: u32 = 1 << 21; // ! * @ ? ~ ^ and control bytes
+    pub(crate) const AMP: u32 = 1 << 22;
+
+    pub(crate) fn of(v: &str) -> Shape {
+        let mut bits = 0;
+        for b in v.bytes() {
+            bits |= match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' => 0,
+                b'\'' | b'"' => Self::QUOTE,
+                b'(' => Self::OPEN,
+                b')' => Self::CLOSE,
+                b'<' => Self::LT,
+                b'>' => Self::GT,
+                b';' | b'|' => Self::SEP,
+                b'&' => Self::SEP | Self::AMP,
+                b'`' => Self::BACKTICK,
+                b'$' => Self::DOLLAR,
+                b'%' | b'+' => Self::ENCODED,
+                b'\\' => Self::BACKSLASH,
+                b'.' => Self::DOT,
+                b'/' => Self::SLASH,
+                b':' => Self::COLON,
+                b'=' => Self::EQ,
+                b'#' => Self::HASH,
+                b'{' | b'}' => Self::BRACE,
+                b'[' | b']' => Self::BRACKET,
+                b'\n' | b'\r' => Self::NEWLINE,
+                b' ' | b'\t' | b',' => Self::SPACE,
+                b'-' => Self::DASH,
+                b'_' => Self::UNDERSCORE,
+                0x80.. => 0,
+                _ => Self::OTHER,
+            };
+        }
+        Shape(bits)
+    }
+
+    pub(crate) fn any(self, mask: u32) -> bool {
+        self.0 & mask != 0
+    }
+
+    pub(crate) fn has(self, mask: u32) -> bool {
+        self.0 & mask == mask
+    }
 }
 
 /// Scans one value with every detector; the first that fires wins.
@@ -347,74 +426,123 @@ pub fn scan_value(v: &str) -> Option<Attack> {
     if v.len() < 2 {
         return None;
     }
-    let once = url_decode(v);
-    let twice = if once.contains('%') {
-        url_decode(&once)
-    } else {
-        once.clone()
-    };
-    let escaped = decode_escapes(&twice);
-    let escaped = match decode_escapes(&escaped) {
-        std::borrow::Cow::Owned(o) => o,
-        std::borrow::Cow::Borrowed(_) => escaped.into_owned(),
-    };
-    let mut candidates = vec![v];
-    if once != v {
-        candidates.push(&once);
+    let shape = Shape::of(v);
+    if let Some(a) = scan_decoded(v, shape) {
+        return Some(a);
     }
-    if twice != once {
-        candidates.push(&twice);
+    let mut last = std::borrow::Cow::Borrowed(v);
+    if shape.any(Shape::ENCODED) {
+        let once = url_decode(v);
+        if once != v {
+            if let Some(a) = scan_decoded(&once, Shape::of(&once)) {
+                return Some(a);
+            }
+            if once.contains('%') {
+                let twice = url_decode(&once);
+                if twice != once {
+                    if let Some(a) = scan_decoded(&twice, Shape::of(&twice)) {
+                        return Some(a);
+                    }
+                    last = std::borrow::Cow::Owned(twice);
+                } else {
+                    last = std::borrow::Cow::Owned(once);
+                }
+            } else {
+                last = std::borrow::Cow::Owned(once);
+            }
+        }
     }
-    if escaped != twice {
-        candidates.push(&escaped);
-    }
-    for c in candidates {
-        if let Some(a) = scan_decoded(c) {
-            return Some(a);
+    if last.contains(['&', '\\']) {
+        let escaped = decode_escapes(&last);
+        let escaped = match decode_escapes(&escaped) {
+            std::borrow::Cow::Owned(o) => o,
+            std::borrow::Cow::Borrowed(_) => escaped.into_owned(),
+        };
+        if escaped != *last {
+            return scan_decoded(&escaped, Shape::of(&escaped));
         }
     }
     None
 }
 
-fn scan_decoded(v: &str) -> Option<Attack> {
-    let stripped = strip_comments(v);
-    if java(v) {
+fn scan_decoded(v: &str, shape: Shape) -> Option<Attack> {
+    use Shape as S;
+    let plain = !shape.any(!(S::SPACE | S::DASH | S::UNDERSCORE));
+    let lower = v.to_ascii_lowercase();
+    if plain {
+        // Words, numbers and ids: only keyword-only SQL (`Xunionselectfrom`, `pg_sleep`) and a
+        // command at the start of the value (`ls foo bar`, `time sh -c`) can be attacks.
+        if sql::sql_statements(&lower) {
+            return Some(Attack::Sqli);
+        }
+        if shape.any(S::SPACE) && shell::cmdi(v) {
+            return Some(Attack::Cmdi);
+        }
+        return None;
+    }
+    let stripped = if shape.any(S::SLASH | S::HASH) {
+        strip_comments(v)
+    } else {
+        std::borrow::Cow::Borrowed(v)
+    };
+    let stripped_lower = match &stripped {
+        std::borrow::Cow::Borrowed(_) => std::borrow::Cow::Borrowed(lower.as_str()),
+        std::borrow::Cow::Owned(o) => std::borrow::Cow::Owned(o.to_ascii_lowercase()),
+    };
+    if java(v, &lower, shape) {
         return Some(Attack::Java);
     }
-    if markup::nodejs(v) {
+    if shape.any(S::DOT | S::UNDERSCORE | S::OPEN) && markup::nodejs(&lower) {
         return Some(Attack::Nodejs);
     }
-    if php::php(v, &stripped) {
+    if shape.any(S::LT | S::COLON | S::DOLLAR | S::OPEN | S::EQ)
+        && php::php(v, &lower, &stripped, &stripped_lower)
+    {
         return Some(Attack::Php);
     }
-    if traversal(v) {
+    if shape.any(S::DOT | S::SLASH | S::BACKSLASH) && traversal(v) {
         return Some(Attack::Traversal);
     }
-    if proto::ssrf(v) {
+    if shape.any(S::COLON) && proto::ssrf(&lower) {
         return Some(Attack::Ssrf);
     }
-    if rfi(v) {
+    if shape.any(S::COLON | S::OTHER) && rfi(&lower) {
         return Some(Attack::Rfi);
     }
-    let lower = stripped.to_ascii_lowercase();
-    if libinjectionrs::detect_sqli(v.as_bytes()).is_injection()
-        || sql::sql_function_call(&lower)
-        || sql::sql_statements(&lower)
-        || sql::json_operand(v)
-        || sql::nosql_operator(v)
+    let sql_tokens = S::QUOTE
+        | S::OPEN
+        | S::CLOSE
+        | S::SEP
+        | S::HASH
+        | S::DASH
+        | S::SLASH
+        | S::EQ
+        | S::LT
+        | S::GT
+        | S::BACKTICK
+        | S::OTHER
+        | S::BACKSLASH;
+    if (shape.any(sql_tokens) && libinjectionrs::detect_sqli(v.as_bytes()).is_injection())
+        || (shape.any(S::OPEN) && sql::sql_function_call(&stripped_lower))
+        || sql::sql_statements(&stripped_lower)
+        || (shape.has(S::QUOTE) && shape.any(S::BRACE | S::BRACKET) && sql::json_operand(v))
+        || (shape.any(S::DOLLAR) && sql::nosql_operator(&lower))
     {
         return Some(Attack::Sqli);
     }
-    if libinjectionrs::detect_xss(v.as_bytes()).is_injection() || markup::xss(&stripped) {
+    if (shape.any(S::LT | S::GT | S::EQ | S::COLON | S::QUOTE | S::BACKTICK)
+        && libinjectionrs::detect_xss(v.as_bytes()).is_injection())
+        || markup::xss(&stripped_lower, shape)
+    {
         return Some(Attack::Xss);
     }
     if shell::cmdi(v) {
         return Some(Attack::Cmdi);
     }
-    if proto::protocol(v) {
+    if shape.any(S::NEWLINE | S::SLASH | S::COLON | S::DOLLAR) && proto::protocol(v) {
         return Some(Attack::Protocol);
     }
-    if proto::ldap(v) {
+    if shape.has(S::OPEN | S::CLOSE) && proto::ldap(v) {
         return Some(Attack::Ldap);
     }
     None
@@ -502,6 +630,7 @@ pub fn scan_request<'a>(
     if let Some(a) = scan_form(query) {
         return Some((a, "query"));
     }
+    let mut body_json = None;
     if !body.is_empty() {
         let json = serde_json::from_str::<serde_json::Value>(body).ok();
         let found = match &json {
@@ -514,7 +643,10 @@ pub fn scan_request<'a>(
         if let Some(a) = found {
             return Some((a, "body"));
         }
+        body_json = json;
     }
+    // Callers often send the body's JSON again as `params`: scan it once.
+    let params = params.filter(|p| body_json.as_ref() != Some(*p));
     if let Some(a) = params.and_then(scan_json) {
         return Some((a, "params"));
     }
@@ -535,6 +667,8 @@ pub fn scan_request<'a>(
                     .map(str::trim)
                     .find_map(scan_value)
             }
+        } else if value.len() >= 24 && CACHED_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name)) {
+            scan_cached(value)
         } else {
             scan_value(value)
         };
@@ -543,6 +677,40 @@ pub fn scan_request<'a>(
         }
     }
     None
+}
+
+/// Headers whose values repeat across many requests (a few hundred user agents make up most
+/// traffic): their scan results are cached per thread.
+const CACHED_HEADERS: &[&str] = &[
+    "user-agent",
+    "referer",
+    "origin",
+    "content-type",
+    "sec-ch-ua",
+];
+
+/// Distinct values remembered per thread before the cache starts over.
+const SCAN_CACHE_SIZE: usize = 4096;
+
+thread_local! {
+    static SCAN_CACHE: std::cell::RefCell<std::collections::HashMap<Box<str>, Option<Attack>>> =
+        std::cell::RefCell::new(std::collections::HashMap::with_capacity(SCAN_CACHE_SIZE));
+}
+
+/// [`scan_value`] through a per-thread cache keyed by the whole value (no hash-collision risk).
+fn scan_cached(v: &str) -> Option<Attack> {
+    if let Some(hit) = SCAN_CACHE.with(|c| c.borrow().get(v).copied()) {
+        return hit;
+    }
+    let found = scan_value(v);
+    SCAN_CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= SCAN_CACHE_SIZE {
+            c.clear();
+        }
+        c.insert(v.into(), found);
+    });
+    found
 }
 
 /// Every key and string of a JSON document; keys also as parameter names.

@@ -196,22 +196,22 @@ const INI_PREFIXES: &[&str] = &[
     "suhosin.",
 ];
 
-pub(super) fn php(v: &str, stripped: &str) -> bool {
-    let lower = v.to_ascii_lowercase();
+pub(super) fn php(v: &str, lower: &str, stripped: &str, stripped_lower: &str) -> bool {
     if lower.contains("<?php") || lower.contains("<?=") || lower.contains("php://") {
         return true;
     }
     let vocab = vocabulary();
-    if vocab.php_variables.is_match(v) {
+    if v.contains('$') && vocab.php_variables.is_match(v) {
         return true;
     }
-    let stripped_lower = stripped.to_ascii_lowercase();
-    risky_call(&stripped_lower)
-        || quoted_call(&stripped_lower)
-        || variable_call(stripped)
-        || variable_variable(v)
-        || serialized_object(v)
-        || ini_directive(&lower)
+    let has_dollar = v.contains('$');
+    (stripped.contains('(')
+        && (risky_call(stripped_lower)
+            || quoted_call(stripped_lower)
+            || (has_dollar && variable_call(stripped))))
+        || (has_dollar && variable_variable(v))
+        || (v.contains(':') && serialized_object(v))
+        || (v.contains('=') && ini_directive(lower))
 }
 
 fn risky_call(lower: &str) -> bool {

@@ -7,6 +7,45 @@ use std::net::Ipv4Addr;
 
 use super::vocabulary;
 
+/// Header names an injected line would set (CR/LF injection into a response or request).
+const HEADERS: &[&str] = &[
+    "set-cookie",
+    "cookie",
+    "location",
+    "content-type",
+    "content-length",
+    "content-disposition",
+    "content-encoding",
+    "transfer-encoding",
+    "host",
+    "refresh",
+    "connection",
+    "cache-control",
+    "authorization",
+    "proxy-authorization",
+    "referer",
+    "user-agent",
+    "origin",
+    "link",
+    "server",
+    "www-authenticate",
+    "access-control-allow-origin",
+    "access-control-allow-credentials",
+    "content-security-policy",
+    "strict-transport-security",
+    "expect",
+    "upgrade",
+    "te",
+    "via",
+    "forwarded",
+    "etag",
+    "last-modified",
+    "pragma",
+    "range",
+    "if-modified-since",
+    "accept",
+];
+
 const METHODS: &[&str] = &[
     "GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "CONNECT", "TRACE", "PATCH", "PROPFIND",
 ];
@@ -17,14 +56,26 @@ pub(super) fn protocol(v: &str) -> bool {
     let after_break = v.split(['\r', '\n']).skip(1).any(|line| {
         let l = line.trim_start();
         l.contains("HTTP/")
-            || l.starts_with('<')
             || l.split_once(':').is_some_and(|(name, _)| {
-                !name.is_empty()
-                    && name.len() < 40
-                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                let n = name.trim_end().to_ascii_lowercase();
+                HEADERS.contains(&n.as_str())
+                    || (n.starts_with("x-")
+                        && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
             })
     });
-    after_break || request_line(v) || unix_socket(v) || v.trim_start().starts_with("$Version=")
+    // A blank line, then markup: a second response body (response splitting).
+    let split_body = ["\r\n\r\n", "\n\n", "\r\r"].iter().any(|b| {
+        v.match_indices(b).any(|(i, _)| {
+            let rest = v[i + b.len()..].trim_start();
+            rest.starts_with('<')
+                && rest[1..].starts_with(|c: char| c.is_ascii_alphabetic() || c == '!')
+        })
+    });
+    after_break
+        || split_body
+        || request_line(v)
+        || unix_socket(v)
+        || v.trim_start().starts_with("$Version=")
 }
 
 /// `GET http://host/ HTTP/1.1` inside a value.

@@ -237,8 +237,12 @@ pub(super) fn cmdi(v: &str) -> bool {
     if trimmed.starts_with("() {") || trimmed.starts_with("(){") {
         return true; // Shellshock
     }
-    let unquoted = shell_unquote(v);
-    let v = unquoted.as_str();
+    let unquoted = if v.contains(['\'', '"', '\\', '$']) {
+        std::borrow::Cow::Owned(shell_unquote(v))
+    } else {
+        std::borrow::Cow::Borrowed(v)
+    };
+    let v: &str = &unquoted;
     // A command named by its path: `/bin/sh`, `bin/ansible`, `/usr/bin/perl`.
     for (i, _) in v.match_indices("bin/") {
         let before = v[..i].chars().last();
@@ -258,18 +262,19 @@ pub(super) fn cmdi(v: &str) -> bool {
     let bytes = v.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
-        let sep_len = match bytes[i] {
-            b';' | b'|' | b'&' | b'`' | b'\n' => 1,
-            b'$' if bytes.get(i + 1) == Some(&b'(') => 2,
-            b'<' if bytes[i..].starts_with(b"<<<") => 3,
-            _ => 0,
+        let (sep_len, sep) = match bytes[i] {
+            b';' | b'|' | b'&' | b'\n' => (1, Sep::Plain),
+            b'`' => (1, Sep::Code),
+            b'$' if bytes.get(i + 1) == Some(&b'(') => (2, Sep::Code),
+            b'<' if bytes[i..].starts_with(b"<<<") => (3, Sep::Code),
+            _ => (0, Sep::Plain),
         };
         if sep_len == 0 {
             i += 1;
             continue;
         }
         i += sep_len;
-        if command_line(&v[i..], true) {
+        if command_line(&v[i..], sep) {
             return true;
         }
     }
@@ -277,7 +282,7 @@ pub(super) fn cmdi(v: &str) -> bool {
 }
 
 /// Whether `rest` (the text after a separator, or a whole value) begins with a command line.
-fn command_line(rest: &str, after_separator: bool) -> bool {
+fn command_line(rest: &str, sep: Sep) -> bool {
     let rest = rest.trim_start_matches([' ', '\t', '|', '&', '(', '{', '\'', '"', '\r', '\n']);
     let word_len = rest
         .find(|c: char| {
@@ -311,25 +316,55 @@ fn command_line(rest: &str, after_separator: bool) -> bool {
                     || matches!(c, '/' | '-' | '$' | '.' | '~' | '*' | '\'' | '"')
             }))
         || after.trim_start().starts_with(['<', '>']);
+    // An argument that is shell-like rather than a word of prose: an option, a path, a variable,
+    // a quote, a number, a URL or host, a glob, a redirection, or another command.
+    let arg_like = after.trim_start().starts_with(['<', '>'])
+        || (has_arg
+            && (next_word.starts_with(['-', '/', '$', '~', '.', '*', '\'', '"'])
+                || next_word.starts_with(|c: char| c.is_ascii_digit())
+                || next_word.contains(['/', '.', '=', '$'])
+                || is_command(&next_word)));
     let option = next_word.len() >= 2
         && next_word.starts_with('-')
         && next_word[1..].starts_with(|c: char| c.is_ascii_alphabetic());
-    if after_separator {
-        // Many command names are also words ("touch", "nl", "arch"): demand a command line —
-        // an argument or a redirection after the word — unless the command is unmistakable.
-        has_arg
-            || STRONG_COMMANDS.contains(&cmd.as_str())
-            || (cmd.contains('-')
-                && cmd
-                    .bytes()
-                    .all(|c| c.is_ascii_lowercase() || c == b'-' || c == b'_'))
-    } else {
-        option
-            || (cmd.contains('-') && has_arg)
-            || (UNMISTAKABLE_AT_START.contains(&cmd.as_str()) && has_arg)
+    let bare = !has_arg;
+    let hyphenated = cmd.contains('-')
+        && cmd
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c == b'-' || c == b'_');
+    let non_word = UNMISTAKABLE_AT_START.contains(&cmd.as_str());
+    match sep {
+        // `` `cmd` ``, `$(cmd)`, `<<<`: shell syntax already; any argument makes a command line.
+        Sep::Code => has_arg || STRONG_COMMANDS.contains(&cmd.as_str()) || hyphenated,
+        // `;`, `|`, `&`, newline: prose uses these too ("; watch the video"), so a command that
+        // is also an English word needs a shell-like argument.
+        Sep::Plain => {
+            arg_like
+                || (bare && (STRONG_COMMANDS.contains(&cmd.as_str()) || hyphenated))
+                || (non_word && has_arg)
+        }
+        Sep::Start => {
+            option
+                || (hyphenated && has_arg)
+                || (non_word && (arg_like || (has_arg && !ENGLISH_LOOKING.contains(&cmd.as_str()))))
+        }
     }
 }
 
+/// Where a possible command line begins.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sep {
+    /// At the start of the value.
+    Start,
+    /// After `;`, `|`, `&` or a line break.
+    Plain,
+    /// After `` ` ``, `$(` or `<<<`.
+    Code,
+}
+
+/// Non-word commands that still read as English at the start of a value ("curl cream").
+const ENGLISH_LOOKING: &[&str] = &["curl", "dash", "telnet", "xterm"];
+
 fn command_at_start(v: &str) -> bool {
-    command_line(v, false)
+    command_line(v, Sep::Start)
 }

@@ -3,6 +3,10 @@
 //! quoted JSON literal (PostgreSQL/MySQL/SQLite JSON syntax that tokenisers do not know), MySQL's
 //! `1.e(` evasion, time-based probes, and NoSQL (MongoDB) query operators.
 
+use std::sync::OnceLock;
+
+use aho_corasick::AhoCorasick;
+
 use super::norm::called_names;
 
 /// SQL functions that show up in injection payloads but rarely in form text as `name(`.
@@ -280,6 +284,22 @@ fn word_at(s: &str, i: usize, w: &str) -> bool {
         && !s[i + w.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// Phrases that only SQL uses.
+const PHRASES: &[&str] = &[
+    "execute immediate",
+    "waitfor delay",
+    "waitfor time",
+    "pg_sleep",
+    "dbms_pipe.receive_message",
+    "create table ",
+    "information_schema.",
+    "sysobjects",
+    "@@version",
+    "into outfile",
+    "into dumpfile",
+    "load data infile",
+];
+
 /// Statement keywords and what must follow each for a stacked query.
 const STACKED: &[(&str, &[&str])] = &[
     ("insert", &["into"]),
@@ -323,6 +343,21 @@ const STACKED: &[(&str, &[&str])] = &[
 
 /// Keyword sequences that are SQL and not prose. `lower` is lower case with comments stripped.
 pub(super) fn sql_statements(lower: &str) -> bool {
+    static AC: OnceLock<AhoCorasick> = OnceLock::new();
+    let phrases = AC.get_or_init(|| AhoCorasick::new(PHRASES).expect("patterns build"));
+    let maybe = lower.contains(';')
+        || lower.contains("union")
+        || lower.contains("from")
+        || lower.contains("regexp")
+        || lower.contains("rlike")
+        || lower.contains("sounds")
+        || lower.contains(".e")
+        || lower.contains("waitfor")
+        || lower.contains("sleep")
+        || phrases.is_match(lower);
+    if !maybe {
+        return false;
+    }
     let s = squeeze(lower);
     // Stacked queries: `; DROP TABLE …`.
     for (i, _) in s.match_indices(';') {
@@ -354,20 +389,7 @@ pub(super) fn sql_statements(lower: &str) -> bool {
             }
         }
     }
-    const PHRASES: &[&str] = &[
-        "execute immediate",
-        "waitfor delay",
-        "waitfor time",
-        "pg_sleep",
-        "dbms_pipe.receive_message",
-        "create table ",
-        "information_schema.",
-        "sysobjects",
-        "@@version",
-        "into outfile",
-        "into dumpfile",
-        "load data infile",
-    ];
+
     if PHRASES.iter().any(|p| s.contains(p)) {
         return true;
     }

@@ -1,0 +1,56 @@
+//! Embeds the default rule set (`rules/` at the workspace root, without `samples/`) into the
+//! binary, so `rampart serve` without a configuration runs the same rules the repository ships.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let path = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        let rel = path
+            .strip_prefix(root)
+            .expect("below the root")
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("/");
+        if path.is_dir() {
+            if dir == root && name == "samples" {
+                continue;
+            }
+            walk(root, &path, out);
+        } else if !(dir == root && name.ends_with(".md")) {
+            out.push((rel, path));
+        }
+    }
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../rules");
+    let root = root.canonicalize().unwrap_or(root);
+    let mut files = Vec::new();
+    for tier in ["edge", "gateway", "business", "lists"] {
+        println!("cargo:rerun-if-changed={}", root.join(tier).display());
+        walk(&root, &root.join(tier), &mut files);
+    }
+    let mut code = String::from("/// The default rule set: (path relative to `rules/`, text).\npub static DEFAULT_RULES: &[(&str, &str)] = &[\n");
+    for (rel, path) in &files {
+        let _ = writeln!(
+            code,
+            "    ({rel:?}, include_str!({:?})),",
+            path.display().to_string()
+        );
+    }
+    code.push_str("];\n");
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR")).join("default_rules.rs");
+    std::fs::write(out, code).expect("write default_rules.rs");
+}
