@@ -84,7 +84,7 @@ proptest! {
 fn fuzz_seeds_and_regressions_hold() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds");
     let mut seen = 0;
-    for target in ["canonical", "fingerprint", "decide"] {
+    for target in ["canonical", "fingerprint", "decide", "waf"] {
         for entry in std::fs::read_dir(root.join(target)).unwrap() {
             let data = std::fs::read(entry.unwrap().path()).unwrap();
             seen += 1;
@@ -98,6 +98,25 @@ fn fuzz_seeds_and_regressions_hold() {
                 }
                 "decide" => {
                     let _ = serde_json::from_slice::<DecideRequest>(&data);
+                }
+                "waf" => {
+                    // Crash inputs kept from fuzzing (multi-byte characters at slice bounds).
+                    let text = String::from_utf8_lossy(&data);
+                    let _ = rampart_core::waf::scan_value(&text);
+                    let mut p = text.splitn(4, '\0');
+                    let (path, query, body, header) = (
+                        p.next().unwrap_or("/"),
+                        p.next().unwrap_or(""),
+                        p.next().unwrap_or(""),
+                        p.next().unwrap_or(""),
+                    );
+                    let _ = rampart_core::waf::scan_request(
+                        path,
+                        query,
+                        body,
+                        None,
+                        [("user-agent", header), ("cookie", header)].into_iter(),
+                    );
                 }
                 _ => {
                     let text = String::from_utf8_lossy(&data);

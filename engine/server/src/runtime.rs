@@ -141,6 +141,7 @@ pub fn load_rules(cfg: &Validated, state: &RuleState) -> Result<RuleSet, StartEr
 impl Runtime {
     /// Builds the stores and the decision path from a validated configuration.
     pub fn build(cfg: Validated) -> Result<Arc<Runtime>, StartError> {
+        rampart_core::waf::warm_up();
         let st = &cfg.raw.state;
         let nonces: Arc<dyn NonceStore> = match st.nonce_mode {
             NonceMode::Bloom => {

@@ -267,8 +267,10 @@ fn escaped_call(lower: &str) -> bool {
     };
     let name = head.trim_end_matches(['\\', '=', ' ', '\t']);
     let word_start = name
-        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .map_or(0, |i| i + 1);
+        .char_indices()
+        .rev()
+        .find(|(_, c)| !(c.is_ascii_alphanumeric() || *c == '_'))
+        .map_or(0, |(i, c)| i + c.len_utf8());
     let word = &name[word_start..];
     name.len() < head.len() && SQL_FUNCTIONS.contains(&word)
 }
