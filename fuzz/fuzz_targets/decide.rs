@@ -1,5 +1,6 @@
-//! The whole decide path on arbitrary request bodies: parsing and judging never panic, and a
-//! request that parses is answered with a verdict or a typed request error.
+//! The whole decide path on arbitrary request bodies, with the default rule set (`rules/`) live:
+//! parsing, the WAF, every rule helper and judging never panic, and a request that parses is
+//! answered with a verdict or a typed request error.
 #![no_main]
 
 use std::sync::{Arc, OnceLock};
@@ -7,10 +8,31 @@ use std::sync::{Arc, OnceLock};
 use libfuzzer_sys::fuzz_target;
 use rampart_core::bloom::SlicedBloomConfig;
 use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy};
-use rampart_core::rules::LiveRules;
+use rampart_core::rules::{LiveRules, RuleSet, RuleSettings, RuleState, Source};
 use rampart_core::fingerprint::LocalFingerprintStore;
 use rampart_core::nonce::BloomNonceStore;
 use rampart_core::{DecideRequest, Engine};
+
+fn default_rules() -> RuleSet {
+    fn walk(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<Source>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else if let Ok(text) = std::fs::read_to_string(&p) {
+                let path = p.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+                out.push(Source { path, text });
+            }
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../rules");
+    let mut sources = Vec::new();
+    for tier in ["edge", "gateway", "business", "lists"] {
+        walk(&root, &root.join(tier), &mut sources);
+    }
+    RuleSet::compile(&sources, RuleSettings::default(), &RuleState::local(100_000))
+        .expect("the default rules compile")
+}
 
 fn engine() -> &'static Engine {
     static E: OnceLock<Engine> = OnceLock::new();
@@ -34,7 +56,7 @@ fn engine() -> &'static Engine {
                 1,
             )),
             Arc::new(LocalFingerprintStore::new(100_000)),
-            Arc::new(LiveRules::empty()),
+            Arc::new(LiveRules::new(default_rules())),
         )
     })
 }
