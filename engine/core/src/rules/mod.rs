@@ -316,9 +316,22 @@ pub enum Outcome {
     },
 }
 
-/// The request as rules see it: cheap string handles built once per decision.
+/// The request as rules see it, built once per decision. Rhai clones the object when a rule reads
+/// a property or passes `req` to a helper, so it is one shared pointer: a clone is one atomic
+/// increment.
 #[derive(Debug, Clone, Default)]
-pub struct Req {
+pub struct Req(Arc<ReqData>);
+
+impl std::ops::Deref for Req {
+    type Target = ReqData;
+    fn deref(&self) -> &ReqData {
+        &self.0
+    }
+}
+
+/// The fields of [`Req`]: cheap string handles.
+#[derive(Debug, Default)]
+pub struct ReqData {
     pub app: ImmutableString,
     pub method: ImmutableString,
     pub path: ImmutableString,
@@ -334,10 +347,10 @@ pub struct Req {
     pub user_agent: ImmutableString,
     /// Server time of the decision (not a getter: helpers read it).
     pub now_ms: i64,
-    headers: Arc<HashMap<String, ImmutableString>>,
-    params: Arc<serde_json::Value>,
+    headers: HashMap<String, ImmutableString>,
+    params: serde_json::Value,
     /// The WAF scan of this request, done once however many rules ask.
-    waf_hit: Arc<std::sync::OnceLock<Option<(crate::waf::Attack, &'static str)>>>,
+    waf_hit: std::sync::OnceLock<Option<(crate::waf::Attack, &'static str)>>,
 }
 
 impl Req {
@@ -351,7 +364,7 @@ impl Req {
             .or_else(|| r.request.header("user-agent"))
             .map(ImmutableString::from)
             .unwrap_or_default();
-        Req {
+        Req(Arc::new(ReqData {
             app: r.app.as_str().into(),
             method: r.request.method.to_ascii_uppercase().into(),
             path: r.request.path.as_str().into(),
@@ -366,18 +379,19 @@ impl Req {
             device_type: s(&c.device_type),
             user_agent: ua,
             now_ms: ctx.now_ms,
-            headers: Arc::new(
-                r.request
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.to_ascii_lowercase(), v.as_str().into()))
-                    .collect(),
-            ),
-            params: Arc::new(r.params.clone().unwrap_or(serde_json::Value::Null)),
-            waf_hit: Arc::default(),
-        }
+            headers: r
+                .request
+                .headers
+                .iter()
+                .map(|(k, v)| (k.to_ascii_lowercase(), v.as_str().into()))
+                .collect(),
+            params: r.params.clone().unwrap_or(serde_json::Value::Null),
+            waf_hit: std::sync::OnceLock::new(),
+        }))
     }
+}
 
+impl ReqData {
     /// The first attack the WAF detectors find in the request, and where (cached).
     pub fn waf(&self) -> Option<(crate::waf::Attack, &'static str)> {
         *self.waf_hit.get_or_init(|| {
