@@ -13,13 +13,8 @@
 //! sparse/dense switch, the windowing and the bounded memory per key are the point, and the
 //! algorithm is forty lines.
 
-use std::collections::HashMap;
-use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-
 use crate::nonce::StoreError;
-use crate::ttl::PurgeGate;
+use crate::shard::{AtCapacity, ShardedMap};
 
 /// Register index bits of the dense form.
 pub const P: u32 = 11;
@@ -189,36 +184,21 @@ impl Windowed {
     }
 }
 
-type WindowShard = Mutex<HashMap<Box<str>, Windowed>>;
-
-const SHARDS: usize = 64;
-
 /// In-process distinct counts, sharded by key, bounded by `max_entries` keys.
 pub struct LocalDistinct {
-    shards: Box<[WindowShard]>,
-    hasher: std::collections::hash_map::RandomState,
-    len: AtomicUsize,
-    max_entries: usize,
-    last_purge: PurgeGate,
+    windows: ShardedMap<Windowed>,
 }
 
 impl LocalDistinct {
     pub fn new(max_entries: usize) -> Self {
         LocalDistinct {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: Default::default(),
-            len: AtomicUsize::new(0),
-            max_entries,
-            last_purge: PurgeGate::new(),
+            windows: ShardedMap::new(max_entries),
         }
     }
 
     /// Forgets every key (regression runs start each sample from nothing).
     pub fn clear(&self) {
-        for shard in self.shards.iter() {
-            shard.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        }
-        self.len.store(0, Ordering::Relaxed);
+        self.windows.clear();
     }
 
     fn with<R>(
@@ -234,25 +214,21 @@ impl LocalDistinct {
                 "distinct windows must be positive".into(),
             ));
         }
-        let shard = &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS];
-        let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(w) = map.get_mut(key) {
+        let run = |w: &mut Windowed| {
             w.roll(now_ms, window_ms);
-            return Ok(Some(f(w)));
-        }
+            f(w)
+        };
         if !create {
-            return Ok(None);
+            return Ok(self.windows.update(key, run));
         }
-        if self.len.load(Ordering::Relaxed) >= self.max_entries {
-            return Err(StoreError::Full(format!(
-                "distinct counter holds {} keys (the configured maximum)",
-                self.max_entries
-            )));
-        }
-        self.len.fetch_add(1, Ordering::Relaxed);
-        let w = map.entry(key.into()).or_default();
-        w.roll(now_ms, window_ms);
-        Ok(Some(f(w)))
+        self.windows
+            .upsert(key, Windowed::default, run)
+            .map(Some)
+            .map_err(|AtCapacity(max)| {
+                StoreError::Full(format!(
+                    "distinct counter holds {max} keys (the configured maximum)"
+                ))
+            })
     }
 }
 
@@ -276,19 +252,11 @@ impl DistinctStore for LocalDistinct {
     }
 
     fn maintain(&self, now_ms: i64) {
-        if !self.last_purge.due(now_ms) {
-            return;
-        }
-        for shard in self.shards.iter() {
-            let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
-            let before = map.len();
-            map.retain(|_, w| !w.expired(now_ms));
-            self.len.fetch_sub(before - map.len(), Ordering::Relaxed);
-        }
+        self.windows.purge(now_ms, |w| !w.expired(now_ms));
     }
 
     fn len(&self) -> usize {
-        self.len.load(Ordering::Relaxed)
+        self.windows.len()
     }
 }
 

@@ -17,6 +17,7 @@ pub mod nonce;
 pub mod quota;
 pub mod regress;
 pub mod rules;
+mod shard;
 pub mod sign;
 pub mod ttl;
 pub mod waf;

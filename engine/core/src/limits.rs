@@ -14,13 +14,8 @@
 //! by how much of it still overlaps the sliding window (`prev · (1 − elapsed/W) + cur`). Two numbers
 //! per key, O(1); the estimate assumes requests were spread evenly over the previous window.
 
-use std::collections::HashMap;
-use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-
 use crate::nonce::StoreError;
-use crate::ttl::PurgeGate;
+use crate::shard::{AtCapacity, ShardedMap};
 
 /// The answer of a rate-limit check.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -73,36 +68,21 @@ impl Cell {
     }
 }
 
-const SHARDS: usize = 64;
-
-type Shard = Mutex<HashMap<Box<str>, Cell>>;
-
 /// In-process limiter state, sharded by key.
 pub struct LocalLimiter {
-    shards: Box<[Shard]>,
-    hasher: std::collections::hash_map::RandomState,
-    len: AtomicUsize,
-    max_entries: usize,
-    last_purge: PurgeGate,
+    cells: ShardedMap<Cell>,
 }
 
 impl LocalLimiter {
     pub fn new(max_entries: usize) -> Self {
         LocalLimiter {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: Default::default(),
-            len: AtomicUsize::new(0),
-            max_entries,
-            last_purge: PurgeGate::new(),
+            cells: ShardedMap::new(max_entries),
         }
     }
 
     /// Forgets every key (regression runs start each sample from nothing).
     pub fn clear(&self) {
-        for shard in self.shards.iter() {
-            shard.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        }
-        self.len.store(0, Ordering::Relaxed);
+        self.cells.clear();
     }
 
     fn with_cell<R>(
@@ -112,24 +92,22 @@ impl LocalLimiter {
         init: Cell,
         f: impl FnOnce(&mut Cell) -> R,
     ) -> Result<R, StoreError> {
-        let shard = &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS];
-        let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(cell) = map.get_mut(key) {
-            if std::mem::discriminant(cell) != std::mem::discriminant(&init) || cell.expired(now_ms)
-            {
-                *cell = init;
-            }
-            return Ok(f(cell));
-        }
-        if self.len.load(Ordering::Relaxed) >= self.max_entries {
-            return Err(StoreError::Full(format!(
-                "limiter holds {} keys (the configured maximum)",
-                self.max_entries
-            )));
-        }
-        self.len.fetch_add(1, Ordering::Relaxed);
-        let cell = map.entry(key.into()).or_insert(init);
-        Ok(f(cell))
+        self.cells
+            .upsert(
+                key,
+                || init,
+                |cell| {
+                    if std::mem::discriminant(cell) != std::mem::discriminant(&init)
+                        || cell.expired(now_ms)
+                    {
+                        *cell = init;
+                    }
+                    f(cell)
+                },
+            )
+            .map_err(|AtCapacity(max)| {
+                StoreError::Full(format!("limiter holds {max} keys (the configured maximum)"))
+            })
     }
 }
 
@@ -219,14 +197,12 @@ impl LimiterStore for LocalLimiter {
                 "counter windows must be positive".into(),
             ));
         }
-        let shard = &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS];
-        let map = shard.lock().unwrap_or_else(|e| e.into_inner());
         let Some(Cell::Window {
             start,
             window,
             cur,
             prev,
-        }) = map.get(key).copied()
+        }) = self.cells.update(key, |c| *c)
         else {
             return Ok(0);
         };
@@ -244,19 +220,11 @@ impl LimiterStore for LocalLimiter {
     }
 
     fn maintain(&self, now_ms: i64) {
-        if !self.last_purge.due(now_ms) {
-            return;
-        }
-        for shard in self.shards.iter() {
-            let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
-            let before = map.len();
-            map.retain(|_, c| !c.expired(now_ms));
-            self.len.fetch_sub(before - map.len(), Ordering::Relaxed);
-        }
+        self.cells.purge(now_ms, |c| !c.expired(now_ms));
     }
 
     fn len(&self) -> usize {
-        self.len.load(Ordering::Relaxed)
+        self.cells.len()
     }
 }
 
