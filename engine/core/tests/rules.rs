@@ -743,3 +743,66 @@ fn later_tiers_teach_the_edge_tier_through_reputation() {
     check.user_id = Some("forger".into());
     assert_eq!(e.decide(&check, 1_000_000).unwrap().code, Code::Ok);
 }
+
+#[test]
+fn state_helpers_fed_garbage_fail_the_rule_not_the_engine() {
+    let bodies = [
+        ("claim-negative-stock", r#"claim("p", req.user, -1)"#),
+        ("claim-empty-pool", r#"claim("", req.user, 5)"#),
+        ("distinct-zero-window", r#"distinct("k", "x", 0)"#),
+        ("reputation-unknown-kind", r#"reputation("planet", "x")"#),
+        ("report-unknown-kind", r#"report("planet", "x", 5)"#),
+        ("rate-limit-negative-rate", r#"rate_limit("k", -5, 1)"#),
+        ("rate-limit-zero-burst", r#"rate_limit("k", 5, 0)"#),
+        ("count-zero-window", r#"count("k", 0)"#),
+        (
+            "breaker-unknown-setting",
+            r#"circuit_open(req, #{ bogus: 1 })"#,
+        ),
+        (
+            "breaker-wrong-type",
+            r#"circuit_open(req, #{ error_ratio: "half" })"#,
+        ),
+    ];
+    let sources: Vec<Source> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, (name, body))| rule(&format!("gateway/{name}.rhai"), name, i as i64, "", body))
+        .collect();
+    let (e, live) = engine_with(compile(&sources));
+    let v = e
+        .decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000)
+        .unwrap();
+    assert_eq!(
+        v.code,
+        Code::Ok,
+        "fail-open gateway skips every broken rule"
+    );
+    let rules = live.snapshot().rules();
+    assert!(
+        rules.iter().all(|r| r.errors == 1),
+        "{:?}",
+        rules
+            .iter()
+            .map(|r| (&r.meta.name, r.errors))
+            .collect::<Vec<_>>()
+    );
+    // Fail-closed gateway: the first broken rule answers, naming itself.
+    let settings = RuleSettings {
+        on_error: [FailPolicy::Allow, FailPolicy::Deny, FailPolicy::Allow],
+        ..RuleSettings::default()
+    };
+    let (e, _) =
+        engine_with(RuleSet::compile(&sources, settings, &RuleState::local(1000)).unwrap());
+    let v = e
+        .decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000)
+        .unwrap();
+    assert_eq!(
+        (v.code, v.tier, v.rule.as_deref()),
+        (
+            Code::RuleDeny,
+            Some("gateway"),
+            Some("claim-negative-stock")
+        )
+    );
+}
