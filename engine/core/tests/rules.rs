@@ -419,7 +419,7 @@ fn runaway_scripts_are_cut_off_and_answered_by_the_tier_default() {
             "",
             "deny(\"NOT_A_CODE\", \"x\")",
         ),
-        rule("edge/notanaction.rhai", "not-an-action", 50, "", "42"),
+        rule("edge/notanaction.rhai", "not-an-action", 35, "", "42"),
     ];
     // Fail-open edge: every broken rule is counted and skipped.
     let (e, live) = engine_with(compile(&sources));
@@ -805,4 +805,71 @@ fn state_helpers_fed_garbage_fail_the_rule_not_the_engine() {
             Some("claim-negative-stock")
         )
     );
+}
+
+#[test]
+fn rules_that_can_never_run_are_reported_as_unreachable() {
+    let block_admin = rule(
+        "edge/block-admin.rhai",
+        "block-admin",
+        10,
+        "//! routes: /admin/*\n",
+        "// every admin request\ndeny(\"no admin from outside\")",
+    );
+    let admin_audit = rule(
+        "edge/admin-audit.rhai",
+        "admin-audit",
+        20,
+        "//! routes: /admin/users\n",
+        "if req.ip == \"\" { deny(\"x\") }",
+    );
+    let api = rule(
+        "edge/api.rhai",
+        "api-check",
+        20,
+        "//! routes: /api/*\n",
+        "if req.ip == \"\" { deny(\"x\") }",
+    );
+    let errs = RuleSet::compile(
+        &[block_admin.clone(), admin_audit.clone(), api.clone()],
+        RuleSettings::default(),
+        &RuleState::local(10),
+    )
+    .unwrap_err();
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert_eq!(
+        (errs[0].file.as_str(), errs[0].line),
+        ("edge/admin-audit.rhai", 1)
+    );
+    assert!(errs[0].message.contains("unreachable") && errs[0].message.contains("block-admin"));
+    // Conditional outcomes, another tier, or a shadow blocker leave later rules reachable.
+    let conditional = rule(
+        "edge/block-admin.rhai",
+        "block-admin",
+        10,
+        "//! routes: /admin/*\n",
+        "if req.method == \"DELETE\" { deny(\"no\") }",
+    );
+    let shadow = rule(
+        "edge/block-admin.rhai",
+        "block-admin",
+        10,
+        "//! routes: /admin/*\n//! mode: shadow\n",
+        "deny(\"no\")",
+    );
+    let elsewhere = rule(
+        "gateway/block-admin.rhai",
+        "block-admin",
+        10,
+        "//! routes: /admin/*\n",
+        "deny(\"no\")",
+    );
+    for first in [conditional, shadow, elsewhere] {
+        RuleSet::compile(
+            &[first, admin_audit.clone(), api.clone()],
+            RuleSettings::default(),
+            &RuleState::local(10),
+        )
+        .unwrap_or_else(|e| panic!("{e:#?}"));
+    }
 }

@@ -124,6 +124,8 @@ pub struct RuleMeta {
 
 struct Rule {
     meta: RuleMeta,
+    /// The script answers with an outcome on every run (an outcome call outside any block).
+    always_terminal: bool,
     ast: AST,
     errors: AtomicU64,
     hits: AtomicU64,
@@ -953,6 +955,108 @@ fn parse_meta(src: &Source, tier: Tier, errs: &mut Vec<RuleError>) -> Option<Rul
     })
 }
 
+/// Whether a script ends its tier on every run: a call of `allow`, `deny`, `challenge` or
+/// `review` at the top level, outside any block (Rhai's `if` and `switch` bodies are blocks).
+fn always_terminal(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let (mut i, mut depth) = (0, 0i32);
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c == b'/' && bytes.get(i + 1) == Some(&b'/') {
+            while i < bytes.len() && bytes[i] != b'\n' {
+                i += 1;
+            }
+            continue;
+        }
+        if c == b'/' && bytes.get(i + 1) == Some(&b'*') {
+            i += 2;
+            while i + 1 < bytes.len() && !(bytes[i] == b'*' && bytes[i + 1] == b'/') {
+                i += 1;
+            }
+            i += 2;
+            continue;
+        }
+        if c == b'"' || c == b'`' || c == b'\'' {
+            i += 1;
+            while i < bytes.len() && bytes[i] != c {
+                i += 1 + (bytes[i] == b'\\') as usize;
+            }
+            i += 1;
+            continue;
+        }
+        match c {
+            b'{' | b'(' | b'[' => depth += 1,
+            b'}' | b')' | b']' => depth -= 1,
+            _ => {}
+        }
+        if depth == 0 && (c.is_ascii_alphabetic() || c == b'_') {
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+            let after = text[i..].trim_start();
+            let preceded_by_dot = text[..start].trim_end().ends_with('.');
+            if matches!(&text[start..i], "allow" | "deny" | "challenge" | "review")
+                && after.starts_with('(')
+                && !preceded_by_dot
+            {
+                return true;
+            }
+            continue;
+        }
+        i += 1;
+    }
+    false
+}
+
+/// Whether every request `later` applies to also reaches `earlier`.
+fn covers(earlier: &RuleMeta, later: &RuleMeta) -> bool {
+    let apps = match (&earlier.apps, &later.apps) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(e), Some(l)) => l.iter().all(|a| e.contains(a)),
+    };
+    let route_covers = |e: &str, r: &str| match e.strip_suffix('*') {
+        Some(prefix) => r.starts_with(prefix),
+        None => e == r,
+    };
+    let routes = earlier.routes.is_empty()
+        || (!later.routes.is_empty()
+            && later
+                .routes
+                .iter()
+                .all(|r| earlier.routes.iter().any(|e| route_covers(e, r))));
+    apps && routes
+}
+
+/// Lint: rules that can never run because an earlier enforced rule of the same tier answers every
+/// request they apply to.
+fn unreachable_rules(rules: &mut [Rule]) -> Vec<RuleError> {
+    rules.sort_by(|a, b| {
+        a.meta
+            .priority
+            .cmp(&b.meta.priority)
+            .then_with(|| a.meta.name.cmp(&b.meta.name))
+    });
+    let mut errs = Vec::new();
+    for (j, later) in rules.iter().enumerate() {
+        let blocker = rules[..j].iter().find(|r| {
+            r.always_terminal && r.meta.mode == Mode::Enforce && covers(&r.meta, &later.meta)
+        });
+        if let Some(b) = blocker {
+            errs.push(meta_error(
+                &later.meta.file,
+                1,
+                format!(
+                    "unreachable rule: {:?} ({}, priority {}) answers every request this rule applies to, first",
+                    b.meta.name, b.meta.file, b.meta.priority
+                ),
+            ));
+        }
+    }
+    errs
+}
+
 /// Lint: calls of functions that are neither helpers, standard-library functions nor defined in
 /// the script. A small scanner that skips strings and comments and looks for `ident(` not preceded
 /// by `.` (method calls resolve against the value's type) or `fn `.
@@ -1196,6 +1300,7 @@ impl RuleSet {
                 }
                 per_tier[tier.index()].push(Rule {
                     meta,
+                    always_terminal: always_terminal(&s.text),
                     ast,
                     errors: AtomicU64::new(0),
                     hits: AtomicU64::new(0),
@@ -1209,6 +1314,9 @@ impl RuleSet {
             {
                 errs.push(meta_error(&s.path, 1, "unexpected file in the rule set"));
             }
+        }
+        for rules in per_tier.iter_mut() {
+            errs.extend(unreachable_rules(rules));
         }
         if !errs.is_empty() {
             errs.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
