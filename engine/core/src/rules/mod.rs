@@ -157,7 +157,7 @@ pub struct RuleState {
 pub struct ReputationPolicy {
     /// Reputation is the sum of points over this sliding window.
     pub window_ms: i64,
-    /// Points for a deny by the gateway or business tier, or a replay.
+    /// Points for a deny by the gateway or business tier.
     pub deny_points: i64,
     /// Points for a challenge or review by those tiers.
     pub challenge_points: i64,
@@ -233,10 +233,10 @@ impl RuleState {
         )
     }
 
-    /// Feeds a finished decision into reputation: what the gateway and business tiers refuse, and
-    /// replays of captured requests, count against the client's IP, device, JA3 and user, so edge
-    /// rules can read it on the next request. Steps before the nonce (signature, window) never
-    /// write here: a forged request must cost Rampart no storage.
+    /// Feeds a finished decision into reputation: what the gateway and business tiers refuse counts
+    /// against the client's IP, device, JA3 and user, so edge rules can read it on the next
+    /// request. The anti-replay steps never write here: a forged request must cost Rampart no
+    /// storage, and a replay keeps its precise `REPLAY_DUPLICATE` answer however often it comes.
     pub fn learn(
         &self,
         request: &crate::model::DecideRequest,
@@ -246,9 +246,7 @@ impl RuleState {
         let later_tier = matches!(v.step, Step::Gateway | Step::Business);
         let points = match v.action {
             Action::Allow => return Ok(()),
-            Action::Deny if later_tier || v.code == Code::ReplayDuplicate => {
-                self.reputation.deny_points
-            }
+            Action::Deny if later_tier => self.reputation.deny_points,
             Action::Challenge | Action::Review if later_tier => self.reputation.challenge_points,
             _ => return Ok(()),
         };
