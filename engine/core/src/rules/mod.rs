@@ -953,56 +953,88 @@ fn parse_meta(src: &Source, tier: Tier, errs: &mut Vec<RuleError>) -> Option<Rul
     })
 }
 
+/// A token of Rhai source as the lints see it.
+enum Tok<'a> {
+    /// An identifier or keyword, with its byte offset.
+    Ident(usize, &'a str),
+    /// A string or character literal.
+    Str,
+    /// Any other non-whitespace byte.
+    Punct(u8),
+}
+
+/// The tokens of a script, comments and whitespace skipped: the small scanner behind the lints.
+fn tokens(text: &str) -> impl Iterator<Item = Tok<'_>> {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i < bytes.len() {
+            let c = bytes[i];
+            if c == b'/' && bytes.get(i + 1) == Some(&b'/') {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+            } else if c == b'/' && bytes.get(i + 1) == Some(&b'*') {
+                i += 2;
+                while i + 1 < bytes.len() && !(bytes[i] == b'*' && bytes[i + 1] == b'/') {
+                    i += 1;
+                }
+                i += 2;
+            } else if c == b'"' || c == b'`' || c == b'\'' {
+                i += 1;
+                while i < bytes.len() && bytes[i] != c {
+                    i += 1 + (bytes[i] == b'\\') as usize;
+                }
+                i += 1;
+                return Some(Tok::Str);
+            } else if c.is_ascii_alphabetic() || c == b'_' {
+                let start = i;
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                    i += 1;
+                }
+                return Some(Tok::Ident(start, &text[start..i]));
+            } else {
+                i += 1;
+                if !c.is_ascii_whitespace() {
+                    return Some(Tok::Punct(c));
+                }
+            }
+        }
+        None
+    })
+}
+
+/// Whether the identifier at `start..start + len` is called: `(` follows, spaces allowed.
+fn called(text: &str, start: usize, len: usize) -> bool {
+    text[start + len..].trim_start().starts_with('(')
+}
+
 /// Whether a script ends its tier on every run: a call of `allow`, `deny`, `challenge` or
 /// `review` at the top level, outside any block (Rhai's `if` and `switch` bodies are blocks).
 fn always_terminal(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    let (mut i, mut depth) = (0, 0i32);
-    while i < bytes.len() {
-        let c = bytes[i];
-        if c == b'/' && bytes.get(i + 1) == Some(&b'/') {
-            while i < bytes.len() && bytes[i] != b'\n' {
-                i += 1;
+    let (mut depth, mut prev_dot) = (0i32, false);
+    for t in tokens(text) {
+        match t {
+            Tok::Ident(start, name) => {
+                if depth == 0
+                    && !prev_dot
+                    && matches!(name, "allow" | "deny" | "challenge" | "review")
+                    && called(text, start, name.len())
+                {
+                    return true;
+                }
+                prev_dot = false;
             }
-            continue;
-        }
-        if c == b'/' && bytes.get(i + 1) == Some(&b'*') {
-            i += 2;
-            while i + 1 < bytes.len() && !(bytes[i] == b'*' && bytes[i + 1] == b'/') {
-                i += 1;
+            Tok::Str => prev_dot = false,
+            Tok::Punct(c) => {
+                match c {
+                    b'{' | b'(' | b'[' => depth += 1,
+                    b'}' | b')' | b']' => depth -= 1,
+                    _ => {}
+                }
+                prev_dot = c == b'.';
             }
-            i += 2;
-            continue;
         }
-        if c == b'"' || c == b'`' || c == b'\'' {
-            i += 1;
-            while i < bytes.len() && bytes[i] != c {
-                i += 1 + (bytes[i] == b'\\') as usize;
-            }
-            i += 1;
-            continue;
-        }
-        match c {
-            b'{' | b'(' | b'[' => depth += 1,
-            b'}' | b')' | b']' => depth -= 1,
-            _ => {}
-        }
-        if depth == 0 && (c.is_ascii_alphabetic() || c == b'_') {
-            let start = i;
-            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
-                i += 1;
-            }
-            let after = text[i..].trim_start();
-            let preceded_by_dot = text[..start].trim_end().ends_with('.');
-            if matches!(&text[start..i], "allow" | "deny" | "challenge" | "review")
-                && after.starts_with('(')
-                && !preceded_by_dot
-            {
-                return true;
-            }
-            continue;
-        }
-        i += 1;
     }
     false
 }
@@ -1060,64 +1092,26 @@ fn unreachable_rules(rules: &mut [Rule]) -> Vec<RuleError> {
 /// by `.` (method calls resolve against the value's type) or `fn `.
 fn unknown_calls(src: &Source, engine: &rhai::Engine) -> Vec<RuleError> {
     let text = &src.text;
-    let bytes = text.as_bytes();
     let mut defined: Vec<&str> = Vec::new();
     let mut calls: Vec<(usize, &str)> = Vec::new();
-    let mut i = 0;
     let (mut prev_dot, mut prev_fn) = (false, false);
-    while i < bytes.len() {
-        let c = bytes[i];
-        if c == b'/' && bytes.get(i + 1) == Some(&b'/') {
-            while i < bytes.len() && bytes[i] != b'\n' {
-                i += 1;
-            }
-            continue;
-        }
-        if c == b'/' && bytes.get(i + 1) == Some(&b'*') {
-            i += 2;
-            while i + 1 < bytes.len() && !(bytes[i] == b'*' && bytes[i + 1] == b'/') {
-                i += 1;
-            }
-            i += 2;
-            continue;
-        }
-        if c == b'"' || c == b'`' || c == b'\'' {
-            i += 1;
-            while i < bytes.len() && bytes[i] != c {
-                if bytes[i] == b'\\' {
-                    i += 1;
+    for t in tokens(text) {
+        match t {
+            Tok::Ident(start, ident) => {
+                if prev_fn {
+                    defined.push(ident);
+                } else if !prev_dot && called(text, start, ident.len()) {
+                    calls.push((start, ident));
                 }
-                i += 1;
+                prev_fn = ident == "fn";
+                prev_dot = false;
             }
-            i += 1;
-            prev_dot = false;
-            continue;
+            Tok::Str => prev_dot = false,
+            Tok::Punct(c) => {
+                prev_dot = c == b'.';
+                prev_fn = false;
+            }
         }
-        if c.is_ascii_alphabetic() || c == b'_' {
-            let start = i;
-            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
-                i += 1;
-            }
-            let ident = &text[start..i];
-            let mut j = i;
-            while j < bytes.len() && bytes[j] == b' ' {
-                j += 1;
-            }
-            let is_call = bytes.get(j) == Some(&b'(');
-            if prev_fn {
-                defined.push(ident);
-            } else if is_call && !prev_dot {
-                calls.push((start, ident));
-            }
-            prev_fn = ident == "fn";
-            prev_dot = false;
-            continue;
-        }
-        if !c.is_ascii_whitespace() {
-            prev_dot = c == b'.';
-            prev_fn = false;
-        }
-        i += 1;
     }
     const KEYWORDS: &[&str] = &[
         "if",

@@ -567,21 +567,6 @@ pub fn form_parts(s: &str) -> impl Iterator<Item = &str> {
         .filter(|p| !p.is_empty())
 }
 
-/// Every string in a JSON value (keys and leaves).
-pub fn json_strings<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a str>) {
-    match v {
-        serde_json::Value::String(s) => out.push(s),
-        serde_json::Value::Array(a) => a.iter().for_each(|x| json_strings(x, out)),
-        serde_json::Value::Object(m) => {
-            for (k, x) in m {
-                out.push(k);
-                json_strings(x, out);
-            }
-        }
-        _ => {}
-    }
-}
-
 /// Checks that need a parameter's name and value together.
 fn scan_pair(name: &str, value: Option<&str>) -> Option<Attack> {
     if session_parameter(name) {

@@ -256,7 +256,7 @@ pub(super) fn cmdi(v: &str) -> bool {
             }
         }
     }
-    if command_at_start(v) {
+    if command_line(v, Sep::Start) {
         return true;
     }
     let bytes = v.as_bytes();
@@ -364,7 +364,3 @@ enum Sep {
 
 /// Non-word commands that still read as English at the start of a value ("curl cream").
 const ENGLISH_LOOKING: &[&str] = &["curl", "dash", "telnet", "xterm"];
-
-fn command_at_start(v: &str) -> bool {
-    command_line(v, Sep::Start)
-}
