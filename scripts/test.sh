@@ -14,6 +14,19 @@ step "toolchain"
 cargo --version
 rustc --version
 
+step "services"
+# Integration tests start their own redis-server processes (one node, and a 3-master cluster joined
+# with redis-cli --cluster create) on loopback ports and stop them; they need the binaries.
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+  echo "installing redis-server (Debian package)"
+  sudo_cmd=""
+  if [ "$(id -u)" != "0" ]; then sudo_cmd="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo_cmd apt-get install -y --no-install-recommends redis-server >/dev/null \
+    || { $sudo_cmd apt-get update >/dev/null && $sudo_cmd apt-get install -y --no-install-recommends redis-server >/dev/null; }
+fi
+redis-server --version
+
 step "format"
 cargo fmt --all -- --check
 

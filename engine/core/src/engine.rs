@@ -98,6 +98,55 @@ pub enum FailPolicy {
     Allow,
 }
 
+/// The declared failure policy of each store (DESIGN §2): what a decision does when the store it
+/// needs cannot answer (unreachable, timed out, full).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StorePolicies {
+    /// The nonce step.
+    pub nonce: FailPolicy,
+    /// The duplicate-submission step.
+    pub fingerprint: FailPolicy,
+    /// `rate_limit`.
+    pub limits: FailPolicy,
+    /// `count`.
+    pub counters: FailPolicy,
+    /// `distinct`.
+    pub distinct: FailPolicy,
+    /// `claim`, `claimed`. Only `Deny` is meaningful: a claim that cannot be recorded is never
+    /// granted (the configuration refuses `allow`).
+    pub quotas: FailPolicy,
+    /// `reputation`, `report`.
+    pub reputation: FailPolicy,
+}
+
+impl StorePolicies {
+    /// The same policy for every store.
+    pub fn all(p: FailPolicy) -> Self {
+        StorePolicies {
+            nonce: p,
+            fingerprint: p,
+            limits: p,
+            counters: p,
+            distinct: p,
+            quotas: p,
+            reputation: p,
+        }
+    }
+}
+
+impl Default for StorePolicies {
+    fn default() -> Self {
+        Self::all(FailPolicy::Deny)
+    }
+}
+
+/// In-process stores consulted while the shared ones fail (and kept up to date while they work),
+/// so that an instance still catches the replays it has seen itself during an outage.
+pub struct Fallback {
+    pub nonces: Arc<dyn NonceStore>,
+    pub fingerprints: Arc<dyn FingerprintStore>,
+}
+
 /// The three rule tiers, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Tier {
@@ -153,10 +202,11 @@ pub struct Engine {
     apps: HashMap<String, AppPolicy>,
     routes: Vec<RoutePolicy>,
     default_dedup: DedupPolicy,
-    on_store_error: FailPolicy,
+    on_store_error: StorePolicies,
     challenge_status: u16,
     nonces: Arc<dyn NonceStore>,
     fingerprints: Arc<dyn FingerprintStore>,
+    fallback: Option<Fallback>,
     rules: Arc<LiveRules>,
 }
 
@@ -166,7 +216,7 @@ pub struct EngineSettings {
     pub apps: Vec<AppPolicy>,
     pub routes: Vec<RoutePolicy>,
     pub default_dedup: DedupPolicy,
-    pub on_store_error: FailPolicy,
+    pub on_store_error: StorePolicies,
     pub challenge_status: u16,
 }
 
@@ -189,8 +239,16 @@ impl Engine {
             challenge_status: settings.challenge_status,
             nonces,
             fingerprints,
+            fallback: None,
             rules,
         }
+    }
+
+    /// Adds in-process stores that answer for the shared ones while those fail (only where the
+    /// store's policy is `Allow`: a failed shared store never silently denies).
+    pub fn with_fallback(mut self, fallback: Fallback) -> Self {
+        self.fallback = Some(fallback);
+        self
     }
 
     pub fn app(&self, id: &str) -> Option<&AppPolicy> {
@@ -220,6 +278,10 @@ impl Engine {
     pub fn maintain(&self, now_ms: i64) {
         self.nonces.maintain(now_ms);
         self.fingerprints.maintain(now_ms);
+        if let Some(fb) = &self.fallback {
+            fb.nonces.maintain(now_ms);
+            fb.fingerprints.maintain(now_ms);
+        }
     }
 
     fn dedup_policy(&self, app: &str, path: &str) -> &DedupPolicy {
@@ -230,8 +292,14 @@ impl Engine {
             .unwrap_or(&self.default_dedup)
     }
 
-    fn store_failure(&self, step: Step, rule: &str, err: &StoreError) -> Option<Verdict> {
-        match self.on_store_error {
+    fn store_failure(
+        &self,
+        policy: FailPolicy,
+        step: Step,
+        rule: &str,
+        err: &StoreError,
+    ) -> Option<Verdict> {
+        match policy {
             FailPolicy::Deny => Some(Verdict::reject(
                 step,
                 Action::Deny,
@@ -331,7 +399,8 @@ impl Engine {
         let r = &req.request;
 
         // 1. Edge rules (read-only).
-        if let Some(v) = self.run_tier(set, Tier::Edge, rule_req, session) {
+        if let Some(mut v) = self.run_tier(set, Tier::Edge, rule_req, session) {
+            v.degraded |= session.degraded;
             return v;
         }
 
@@ -416,24 +485,46 @@ impl Engine {
             );
         }
         let mut degraded = false;
-        match self
+        let mut seen = self
             .nonces
-            .check_and_insert(&app.id, nonce, ts, app.window_ms, now_ms)
-        {
+            .check_and_insert(&app.id, nonce, ts, app.window_ms, now_ms);
+        if let Some(fb) = &self.fallback {
+            match &seen {
+                // Write-through, so the local filter knows this instance's nonces when it is needed.
+                Ok(NonceVerdict::Fresh) => {
+                    let _ = fb
+                        .nonces
+                        .check_and_insert(&app.id, nonce, ts, app.window_ms, now_ms);
+                }
+                Err(e)
+                    if e.is_store_failure() && self.on_store_error.nonce == FailPolicy::Allow =>
+                {
+                    degraded = true;
+                    seen = fb
+                        .nonces
+                        .check_and_insert(&app.id, nonce, ts, app.window_ms, now_ms);
+                }
+                _ => {}
+            }
+        }
+        match seen {
             Ok(NonceVerdict::Fresh) => {}
             Ok(NonceVerdict::Replay) => {
-                return Verdict::reject(
+                let mut v = Verdict::reject(
                     Step::Nonce,
                     Action::Deny,
                     Code::ReplayDuplicate,
                     "nonce",
                     Reason::new("this (app, x-nonce) was already used: replayed request"),
                 );
+                v.degraded = degraded;
+                return v;
             }
             Ok(NonceVerdict::OutOfRange) => {
                 return skew_verdict(now_ms, skew, app.window_ms);
             }
-            Err(e) => match self.store_failure(Step::Nonce, "nonce", &e) {
+            Err(e) => match self.store_failure(self.on_store_error.nonce, Step::Nonce, "nonce", &e)
+            {
                 Some(v) => return v,
                 None => degraded = true,
             },
@@ -460,13 +551,32 @@ impl Engine {
                     canonical_query: &query,
                     canonical_params: &params,
                 });
-                match self
+                let mut first = self
                     .fingerprints
-                    .insert_if_absent(fp, dedup.window_ms, now_ms)
-                {
+                    .insert_if_absent(fp, dedup.window_ms, now_ms);
+                if let Some(fb) = &self.fallback {
+                    match &first {
+                        Ok(true) => {
+                            let _ = fb
+                                .fingerprints
+                                .insert_if_absent(fp, dedup.window_ms, now_ms);
+                        }
+                        Err(e)
+                            if e.is_store_failure()
+                                && self.on_store_error.fingerprint == FailPolicy::Allow =>
+                        {
+                            degraded = true;
+                            first = fb
+                                .fingerprints
+                                .insert_if_absent(fp, dedup.window_ms, now_ms);
+                        }
+                        _ => {}
+                    }
+                }
+                match first {
                     Ok(true) => {}
                     Ok(false) => {
-                        return Verdict::reject(
+                        let mut v = Verdict::reject(
                             Step::Fingerprint,
                             Action::Deny,
                             Code::DuplicateSubmission,
@@ -476,8 +586,15 @@ impl Engine {
                                 dedup.window_ms
                             )),
                         );
+                        v.degraded = degraded;
+                        return v;
                     }
-                    Err(e) => match self.store_failure(Step::Fingerprint, "fingerprint", &e) {
+                    Err(e) => match self.store_failure(
+                        self.on_store_error.fingerprint,
+                        Step::Fingerprint,
+                        "fingerprint",
+                        &e,
+                    ) {
                         Some(v) => return v,
                         None => degraded = true,
                     },
@@ -488,7 +605,7 @@ impl Engine {
         // 6–7. Gateway and business rules.
         for tier in [Tier::Gateway, Tier::Business] {
             if let Some(mut v) = self.run_tier(set, tier, rule_req, session) {
-                v.degraded |= degraded;
+                v.degraded |= degraded || session.degraded;
                 return v;
             }
         }
@@ -497,7 +614,7 @@ impl Engine {
         if v.code == Code::RuleChallenge {
             v.status = self.challenge_status;
         }
-        v.degraded = degraded;
+        v.degraded = degraded || session.degraded;
         v
     }
 }

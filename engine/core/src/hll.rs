@@ -210,7 +210,7 @@ impl LocalDistinct {
         f: impl FnOnce(&mut Windowed) -> R,
     ) -> Result<Option<R>, StoreError> {
         if window_ms <= 0 {
-            return Err(StoreError::Unavailable(
+            return Err(StoreError::Invalid(
                 "distinct windows must be positive".into(),
             ));
         }

@@ -22,5 +22,5 @@ pub mod sign;
 pub mod ttl;
 pub mod waf;
 
-pub use engine::{Engine, EngineSettings, RequestError};
+pub use engine::{Engine, EngineSettings, FailPolicy, Fallback, RequestError, StorePolicies};
 pub use model::{Action, Code, DecideRequest, Step, Verdict};

@@ -38,6 +38,22 @@ pub trait LimiterStore: Send + Sync {
     fn incr(&self, key: &str, now_ms: i64, window_ms: i64, n: i64) -> Result<i64, StoreError>;
     /// `key`'s count in its sliding window of `window_ms`, without creating the key.
     fn get(&self, key: &str, now_ms: i64, window_ms: i64) -> Result<i64, StoreError>;
+    /// The counts of several keys, in order; a shared store answers them in one round trip.
+    fn get_many(
+        &self,
+        keys: &[String],
+        now_ms: i64,
+        window_ms: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        keys.iter()
+            .map(|k| self.get(k, now_ms, window_ms))
+            .collect()
+    }
+    /// `incr` whose answer nobody waits for (best-effort bookkeeping after a decision); a shared
+    /// store sends it without blocking the caller.
+    fn incr_detached(&self, key: &str, now_ms: i64, window_ms: i64, n: i64) {
+        let _ = self.incr(key, now_ms, window_ms, n);
+    }
     /// Drops state that no longer matters.
     fn maintain(&self, now_ms: i64);
     fn len(&self) -> usize;
@@ -120,7 +136,7 @@ impl LimiterStore for LocalLimiter {
         burst: u32,
     ) -> Result<Gcra, StoreError> {
         if !(rate_per_sec > 0.0 && rate_per_sec.is_finite()) || burst == 0 {
-            return Err(StoreError::Unavailable(
+            return Err(StoreError::Invalid(
                 "rate_limit needs a positive rate and a burst of at least 1".into(),
             ));
         }
@@ -149,7 +165,7 @@ impl LimiterStore for LocalLimiter {
 
     fn incr(&self, key: &str, now_ms: i64, window_ms: i64, n: i64) -> Result<i64, StoreError> {
         if window_ms <= 0 {
-            return Err(StoreError::Unavailable(
+            return Err(StoreError::Invalid(
                 "counter windows must be positive".into(),
             ));
         }
@@ -193,7 +209,7 @@ impl LimiterStore for LocalLimiter {
 
     fn get(&self, key: &str, now_ms: i64, window_ms: i64) -> Result<i64, StoreError> {
         if window_ms <= 0 {
-            return Err(StoreError::Unavailable(
+            return Err(StoreError::Invalid(
                 "counter windows must be positive".into(),
             ));
         }

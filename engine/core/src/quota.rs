@@ -125,9 +125,7 @@ impl LocalQuotas {
 
 fn check(pool: &str, user: &str) -> Result<(), StoreError> {
     if pool.is_empty() || user.is_empty() {
-        return Err(StoreError::Unavailable(
-            "claim needs a pool and a user".into(),
-        ));
+        return Err(StoreError::Invalid("claim needs a pool and a user".into()));
     }
     Ok(())
 }

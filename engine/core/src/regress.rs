@@ -464,6 +464,7 @@ impl World {
             distinct: distinct.clone(),
             quotas: quotas.clone(),
             reputation: Default::default(),
+            policies: Default::default(),
         };
         let set = RuleSet::compile(&runner.sources, runner.settings.clone(), &state)
             .expect("validated in Runner::new");
@@ -498,7 +499,7 @@ impl World {
                     .collect(),
                 routes: Vec::new(),
                 default_dedup: DedupPolicy::default(),
-                on_store_error: FailPolicy::Deny,
+                on_store_error: crate::engine::StorePolicies::all(FailPolicy::Deny),
                 challenge_status: 403,
             },
             Arc::new(ExactNonceStore::new(2 * WINDOW_MS, 1 << 20)),

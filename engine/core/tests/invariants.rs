@@ -46,7 +46,7 @@ fn engine(mode: Mode) -> Engine {
             apps: vec![AppPolicy::new("shop", SECRET, W)],
             routes: vec![],
             default_dedup: DedupPolicy::default(),
-            on_store_error: FailPolicy::Deny,
+            on_store_error: rampart_core::StorePolicies::all(FailPolicy::Deny),
             challenge_status: 401,
         },
         nonce_store(mode),

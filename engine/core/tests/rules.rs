@@ -43,7 +43,7 @@ fn engine_with(set: RuleSet) -> (Engine, Arc<LiveRules>) {
                 window_ms: 0,
                 ..DedupPolicy::default()
             },
-            on_store_error: FailPolicy::Deny,
+            on_store_error: rampart_core::StorePolicies::all(FailPolicy::Deny),
             challenge_status: 403,
         },
         Arc::new(BloomNonceStore::new(

@@ -4,7 +4,6 @@
 //!
 //! Errors of the call itself are answered 4xx with `{"error":{"code","message"}}`, never a 5xx.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -335,10 +334,9 @@ async fn healthz() -> HttpResponse {
 }
 
 async fn readyz(rt: web::Data<Runtime>) -> HttpResponse {
-    if rt.ready.load(Ordering::Acquire) {
-        HttpResponse::Ok().json(serde_json::json!({ "status": "ready" }))
-    } else {
-        HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "starting" }))
+    match rt.is_ready() {
+        Ok(()) => HttpResponse::Ok().json(serde_json::json!({ "status": "ready" })),
+        Err(why) => HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": why })),
     }
 }
 

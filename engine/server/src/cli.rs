@@ -139,10 +139,14 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let workers = match v.raw.server.workers {
-        0 => std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
+        // A decision with Redis state parks its worker during each round trip, so more workers
+        // than cores keep the cores busy.
+        0 if v.raw.state.backend == crate::config::Backend::Redis => cores * 8,
+        0 => cores,
         n => n,
     };
     let rt = match Runtime::build(v) {

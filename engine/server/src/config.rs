@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use rampart_core::bloom::SlicedBloomConfig;
-use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy, RoutePolicy};
+use rampart_core::engine::{
+    AppPolicy, DedupPolicy, EngineSettings, FailPolicy, RoutePolicy, StorePolicies,
+};
 use serde::Deserialize;
 
 /// The secret of the `demo` app of the embedded defaults. For local trials only.
@@ -141,6 +143,33 @@ pub struct StateConfig {
     pub exact_max_entries: usize,
     /// Cap on live duplicate-submission fingerprints.
     pub fingerprint_max_entries: usize,
+    /// Seed nodes of a Redis Cluster (`redis://host:port`); non-empty = cluster mode.
+    pub redis_cluster_nodes: Vec<String>,
+    /// Prefix of every Redis key.
+    pub redis_prefix: String,
+    /// Bound on each Redis call.
+    pub redis_timeout_ms: u64,
+    /// Bound on connecting (and on waiting for the first connection at start).
+    pub redis_connect_timeout_ms: u64,
+    /// Multiplexed connections (per node).
+    pub redis_connections: usize,
+    /// Bitmaps per Bloom time slice in Redis (spreads a slice over cluster nodes).
+    pub bloom_shards: u32,
+    /// Stock segments per quota pool; 0 = 1 on a single node, 8 on a cluster.
+    pub quota_segments: u32,
+    /// Added to every Redis expiry of the anti-replay state: the most the engine instances'
+    /// clocks may differ.
+    pub clock_margin_ms: i64,
+    /// Keep in-process nonce and fingerprint stores up to date, and use them while Redis fails
+    /// (where the store's policy is `allow`).
+    pub local_fallback: bool,
+    pub nonce_on_error: Option<OnStoreError>,
+    pub fingerprint_on_error: Option<OnStoreError>,
+    pub limits_on_error: Option<OnStoreError>,
+    pub counters_on_error: Option<OnStoreError>,
+    pub distinct_on_error: Option<OnStoreError>,
+    pub quotas_on_error: Option<OnStoreError>,
+    pub reputation_on_error: Option<OnStoreError>,
 }
 
 impl Default for StateConfig {
@@ -156,6 +185,69 @@ impl Default for StateConfig {
             nonce_slice_ms: None,
             exact_max_entries: 10_000_000,
             fingerprint_max_entries: 10_000_000,
+            redis_cluster_nodes: Vec::new(),
+            redis_prefix: "rampart".into(),
+            redis_timeout_ms: 200,
+            redis_connect_timeout_ms: 2_000,
+            redis_connections: 1,
+            bloom_shards: 16,
+            quota_segments: 0,
+            clock_margin_ms: 1_000,
+            local_fallback: false,
+            nonce_on_error: None,
+            fingerprint_on_error: None,
+            limits_on_error: None,
+            counters_on_error: None,
+            distinct_on_error: None,
+            quotas_on_error: None,
+            reputation_on_error: None,
+        }
+    }
+}
+
+impl OnStoreError {
+    pub fn policy(self) -> FailPolicy {
+        match self {
+            OnStoreError::Deny => FailPolicy::Deny,
+            OnStoreError::Allow => FailPolicy::Allow,
+        }
+    }
+}
+
+impl StateConfig {
+    /// Each store's failure policy: its own `*_on_error` key, else `on_store_error`. Quotas
+    /// default to `deny` whatever `on_store_error` says (a claim is never granted blind).
+    pub fn policies(&self) -> StorePolicies {
+        let d = self.on_store_error;
+        let p = |o: Option<OnStoreError>| o.unwrap_or(d).policy();
+        StorePolicies {
+            nonce: p(self.nonce_on_error),
+            fingerprint: p(self.fingerprint_on_error),
+            limits: p(self.limits_on_error),
+            counters: p(self.counters_on_error),
+            distinct: p(self.distinct_on_error),
+            quotas: self.quotas_on_error.unwrap_or(OnStoreError::Deny).policy(),
+            reputation: p(self.reputation_on_error),
+        }
+    }
+
+    pub fn redis_settings(&self) -> crate::redis_state::RedisSettings {
+        crate::redis_state::RedisSettings {
+            url: self.redis_url.clone(),
+            cluster_nodes: self.redis_cluster_nodes.clone(),
+            prefix: self.redis_prefix.clone(),
+            timeout: std::time::Duration::from_millis(self.redis_timeout_ms),
+            connect_timeout: std::time::Duration::from_millis(self.redis_connect_timeout_ms),
+            connections: self.redis_connections,
+        }
+    }
+
+    /// Stock segments per quota pool (the `0` = automatic default resolved).
+    pub fn quota_segments(&self) -> u32 {
+        match self.quota_segments {
+            0 if self.redis_cluster_nodes.is_empty() => 1,
+            0 => 8,
+            n => n,
         }
     }
 }
@@ -449,11 +541,64 @@ impl Config {
         }
 
         let st = &self.state;
+        let policies = st.policies();
         if st.backend == Backend::Redis {
+            let has_url = !st.redis_url.is_empty();
+            let has_cluster = !st.redis_cluster_nodes.is_empty();
+            if has_url == has_cluster {
+                errs.push(
+                    "state.backend = \"redis\" needs exactly one of state.redis_url (one node) \
+                     and state.redis_cluster_nodes (a cluster)"
+                        .into(),
+                );
+            } else if let Err(e) = crate::redis_state::validate(&st.redis_settings()) {
+                errs.push(e);
+            }
+            if st.redis_prefix.is_empty()
+                || st
+                    .redis_prefix
+                    .chars()
+                    .any(|c| c == '{' || c == '}' || c.is_whitespace())
+            {
+                errs.push("state.redis_prefix must be non-empty, without braces or spaces".into());
+            }
+            if !(1..=60_000).contains(&st.redis_timeout_ms) {
+                errs.push("state.redis_timeout_ms must be between 1 and 60000".into());
+            }
+            if !(1..=600_000).contains(&st.redis_connect_timeout_ms) {
+                errs.push("state.redis_connect_timeout_ms must be between 1 and 600000".into());
+            }
+            if !(1..=64).contains(&st.redis_connections) {
+                errs.push("state.redis_connections must be between 1 and 64".into());
+            }
+            if !(1..=1024).contains(&st.bloom_shards) {
+                errs.push("state.bloom_shards must be between 1 and 1024".into());
+            }
+            if st.quota_segments > 1024 {
+                errs.push("state.quota_segments must be at most 1024".into());
+            }
+            if !(0..=60_000).contains(&st.clock_margin_ms) {
+                errs.push("state.clock_margin_ms must be between 0 and 60000".into());
+            }
+        }
+        if policies.quotas == FailPolicy::Allow {
             errs.push(
-                "state.backend = \"redis\" is not available in this build yet; use \"local\""
+                "state.quotas_on_error = \"allow\" is refused: a claim that cannot be recorded \
+                 cannot be granted without risking overselling (set quotas_on_error = \"deny\")"
                     .into(),
             );
+        }
+        if st.local_fallback {
+            if st.backend != Backend::Redis {
+                errs.push("state.local_fallback only applies to state.backend = \"redis\"".into());
+            } else if policies.nonce == FailPolicy::Deny && policies.fingerprint == FailPolicy::Deny
+            {
+                errs.push(
+                    "state.local_fallback needs nonce_on_error or fingerprint_on_error = \"allow\" \
+                     (with \"deny\", a Redis failure denies and the fallback is never used)"
+                        .into(),
+                );
+            }
         }
         if !(st.target_fp > 0.0 && st.target_fp <= 0.01) {
             errs.push("state.target_fp must be in (0, 0.01]".into());
@@ -610,10 +755,7 @@ impl Validated {
                 })
                 .collect(),
             default_dedup,
-            on_store_error: match c.state.on_store_error {
-                OnStoreError::Deny => FailPolicy::Deny,
-                OnStoreError::Allow => FailPolicy::Allow,
-            },
+            on_store_error: c.state.policies(),
             challenge_status: c.server.challenge_status,
         }
     }

@@ -42,6 +42,10 @@ pub struct Metrics {
     rule_evaluations: Gauge,
     rule_errors: Gauge,
     ruleset_info: Family<Vec<(&'static str, String)>, Gauge>,
+    /// The Redis client's counters (unused with local state).
+    pub redis: crate::redis_state::RedisCounters,
+    /// 1 while the Redis client answers (connected, not cooling down after failures).
+    pub redis_up: Gauge,
 }
 
 fn idx(step: Step, action: Action, code: Code) -> usize {
@@ -125,6 +129,34 @@ impl Metrics {
             "api_errors",
             "API calls refused with a 4xx error envelope, by code",
             api_errors.clone(),
+        );
+
+        let redis = crate::redis_state::RedisCounters::default();
+        registry.register(
+            "redis_calls",
+            "Calls made to Redis (shared state)",
+            redis.calls.clone(),
+        );
+        registry.register(
+            "redis_errors",
+            "Redis calls that failed (connection or command errors)",
+            redis.errors.clone(),
+        );
+        registry.register(
+            "redis_timeouts",
+            "Redis calls without an answer within state.redis_timeout_ms",
+            redis.timeouts.clone(),
+        );
+        registry.register(
+            "redis_fast_failures",
+            "Redis calls refused without trying, during the cool-down after failures",
+            redis.fast_failures.clone(),
+        );
+        let redis_up = Gauge::default();
+        registry.register(
+            "redis_up",
+            "1 while Redis answers (connected and not cooling down), else 0; absent meaning with local state",
+            redis_up.clone(),
         );
 
         let log_written = Counter::default();
@@ -257,6 +289,8 @@ impl Metrics {
             rule_evaluations,
             rule_errors,
             ruleset_info,
+            redis,
+            redis_up,
         }
     }
 

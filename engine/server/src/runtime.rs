@@ -6,15 +6,18 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rampart_core::fingerprint::LocalFingerprintStore;
+use rampart_core::fingerprint::{FingerprintStore, LocalFingerprintStore};
 use rampart_core::nonce::{BloomNonceStore, ExactNonceStore, NonceStore};
 use rampart_core::rules::{LiveRules, RuleError, RuleSet, RuleState, Source};
-use rampart_core::Engine;
+use rampart_core::{Engine, Fallback};
 
 use crate::clock::now_ms;
-use crate::config::{NonceMode, Validated};
+use crate::config::{Backend, NonceMode, Validated};
 use crate::declog::DecisionLog;
 use crate::metrics::Metrics;
+use crate::redis_state::{
+    BloomLayout, Redis, RedisDistinct, RedisFingerprints, RedisLimiter, RedisNonces, RedisQuotas,
+};
 
 /// Limits applied by the HTTP layer.
 #[derive(Debug, Clone, Copy)]
@@ -87,6 +90,9 @@ pub struct Runtime {
     maintenance: Mutex<Option<JoinHandle<()>>>,
     /// Serialises rule set publication (directory reloads and uploads).
     publish: Mutex<()>,
+    /// The Redis client and nonce store, with `[state] backend = "redis"`.
+    pub redis: Option<Arc<Redis>>,
+    redis_nonces: Option<Arc<RedisNonces>>,
 }
 
 /// Why the engine could not start.
@@ -96,6 +102,8 @@ pub enum StartError {
     DecisionLog { dir: String, err: std::io::Error },
     #[error("cannot read rules from {dir}: {err}")]
     RulesDir { dir: String, err: std::io::Error },
+    #[error("redis: {0}")]
+    Redis(String),
     #[error("the rule set in {dir} is invalid:\n  {}", .errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n  "))]
     Rules { dir: String, errors: Vec<RuleError> },
 }
@@ -143,26 +151,84 @@ impl Runtime {
     pub fn build(cfg: Validated) -> Result<Arc<Runtime>, StartError> {
         rampart_core::waf::warm_up();
         let st = &cfg.raw.state;
-        let nonces: Arc<dyn NonceStore> = match st.nonce_mode {
-            NonceMode::Bloom => {
-                let mut seed = [0u8; 8];
-                let _ = getrandom::getrandom(&mut seed);
-                Arc::new(BloomNonceStore::new(cfg.filter, u64::from_le_bytes(seed)))
-            }
-            NonceMode::Exact => {
-                Arc::new(ExactNonceStore::new(cfg.retention_ms, st.exact_max_entries))
+        let local_nonces = || -> Arc<dyn NonceStore> {
+            match st.nonce_mode {
+                NonceMode::Bloom => {
+                    let mut seed = [0u8; 8];
+                    let _ = getrandom::getrandom(&mut seed);
+                    Arc::new(BloomNonceStore::new(cfg.filter, u64::from_le_bytes(seed)))
+                }
+                NonceMode::Exact => {
+                    Arc::new(ExactNonceStore::new(cfg.retention_ms, st.exact_max_entries))
+                }
             }
         };
-        let mode = match st.nonce_mode {
-            NonceMode::Bloom => "bloom",
-            NonceMode::Exact => "exact",
+        let local_fingerprints =
+            || Arc::new(LocalFingerprintStore::new(st.fingerprint_max_entries));
+        let redis_mode = st.backend == Backend::Redis;
+        let mode = match (redis_mode, st.nonce_mode) {
+            (false, NonceMode::Bloom) => "bloom",
+            (false, NonceMode::Exact) => "exact",
+            (true, NonceMode::Bloom) => "redis-bloom",
+            (true, NonceMode::Exact) => "redis-exact",
         };
-        let fingerprints = Arc::new(LocalFingerprintStore::new(st.fingerprint_max_entries));
+        let metrics = Arc::new(Metrics::new(mode));
         let mut rule_state = RuleState::local(cfg.raw.rules.max_limiter_keys);
         rule_state.reputation.window_ms = cfg.raw.rules.reputation_window_ms;
+        rule_state.policies = st.policies();
+        let (nonces, fingerprints, redis, redis_nonces): (
+            Arc<dyn NonceStore>,
+            Arc<dyn FingerprintStore>,
+            _,
+            _,
+        ) = if redis_mode {
+            let redis = Redis::start(&st.redis_settings(), metrics.redis.clone())
+                .map_err(StartError::Redis)?;
+            let nonce_mode = match st.nonce_mode {
+                NonceMode::Exact => crate::redis_state::NonceMode::Exact,
+                NonceMode::Bloom => crate::redis_state::NonceMode::Bloom(BloomLayout::new(
+                    &cfg.filter,
+                    st.bloom_shards,
+                    // Shared by every instance (they must probe the same bits); forged requests
+                    // never reach the filter, so a known seed gives an attacker nothing to aim at.
+                    xxhash_rust::xxh3::xxh3_64(st.redis_prefix.as_bytes()),
+                )),
+            };
+            let rn = Arc::new(RedisNonces::new(
+                redis.clone(),
+                nonce_mode,
+                cfg.retention_ms,
+                st.clock_margin_ms,
+            ));
+            rule_state.limiter = Arc::new(RedisLimiter::new(redis.clone()));
+            rule_state.distinct = Arc::new(RedisDistinct::new(redis.clone()));
+            rule_state.quotas = Arc::new(RedisQuotas::new(
+                redis.clone(),
+                st.quota_segments(),
+                rampart_core::rules::QUOTA_POOL_TTL_MS,
+            ));
+            (
+                rn.clone() as Arc<dyn NonceStore>,
+                Arc::new(RedisFingerprints::new(redis.clone())) as Arc<dyn FingerprintStore>,
+                Some(redis),
+                Some(rn),
+            )
+        } else {
+            (
+                local_nonces(),
+                local_fingerprints() as Arc<dyn FingerprintStore>,
+                None,
+                None,
+            )
+        };
         let rules = Arc::new(LiveRules::new(load_rules(&cfg, &rule_state)?));
-        let engine = Engine::new(cfg.engine_settings(), nonces, fingerprints, rules);
-        let metrics = Arc::new(Metrics::new(mode));
+        let mut engine = Engine::new(cfg.engine_settings(), nonces, fingerprints, rules);
+        if redis_mode && st.local_fallback {
+            engine = engine.with_fallback(Fallback {
+                nonces: local_nonces(),
+                fingerprints: local_fingerprints(),
+            });
+        }
         let log = DecisionLog::start(&cfg.raw.decision_log, metrics.clone()).map_err(|err| {
             StartError::DecisionLog {
                 dir: cfg.raw.decision_log.dir.display().to_string(),
@@ -193,6 +259,8 @@ impl Runtime {
             stop: AtomicBool::new(false),
             maintenance: Mutex::new(None),
             publish: Mutex::new(()),
+            redis,
+            redis_nonces,
         });
         rt.engine.maintain(now_ms());
         rt.refresh_gauges();
@@ -265,6 +333,7 @@ impl Runtime {
                     rt.engine.maintain(now);
                     rt.rule_state.maintain(now);
                     if last_stats.elapsed() >= Duration::from_secs(1) {
+                        rt.sample_shared_filter(now);
                         rt.refresh_gauges();
                         last_stats = std::time::Instant::now();
                     }
@@ -282,6 +351,11 @@ impl Runtime {
 
     /// Recomputes the gauges and says loudly when the nonce filter is over its design load.
     pub fn refresh_gauges(&self) {
+        if let Some(r) = &self.redis {
+            self.metrics
+                .redis_up
+                .set((r.connected() && !r.cooling_down()) as i64);
+        }
         let stats = self.engine.nonce_store().stats(now_ms());
         if self.metrics.update_nonce(&stats) {
             tracing::warn!(
@@ -297,6 +371,28 @@ impl Runtime {
             .log_queue_depth
             .set(self.log.queue_depth() as i64);
         self.metrics.update_rules(&self.engine.rules().snapshot());
+    }
+
+    /// Samples the fill of the shared Bloom filter (one app per call, in turn).
+    fn sample_shared_filter(&self, now: i64) {
+        let Some(rn) = &self.redis_nonces else { return };
+        let apps = &self.config.apps;
+        if apps.is_empty() {
+            return;
+        }
+        let i = (now / 1000) as usize % apps.len();
+        rn.sample(&apps[i].0, now);
+    }
+
+    /// Whether the engine can serve decisions: started, and connected to Redis when it uses it.
+    pub fn is_ready(&self) -> Result<(), &'static str> {
+        if !self.ready.load(Ordering::Acquire) {
+            return Err("starting");
+        }
+        if self.redis.as_ref().is_some_and(|r| !r.connected()) {
+            return Err("waiting for redis");
+        }
+        Ok(())
     }
 
     /// Stops the background work and drains the decision log.

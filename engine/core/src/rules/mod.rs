@@ -26,6 +26,12 @@
 //! reports what it would have done. A rule that errors or hits a bound is counted and answered by
 //! its tier's declared default (`Allow` = go on, `Deny` = deny with `RULE_DENY`).
 //!
+//! **Store failures** inside a helper (Redis unreachable, a local store full) are not rule errors:
+//! they are answered by that store's declared policy ([`StorePolicies`]). `Deny` stops the decision
+//! with `STORE_UNAVAILABLE` (from an enforced rule); `Allow` makes the helper answer its neutral
+//! value (`rate_limit` → allowed, `count`/`distinct`/`reputation`/`claimed` → 0, `report` → nothing)
+//! and marks the decision `degraded`. A bad argument from the rule itself stays a rule error.
+//!
 //! **Bounds** (each one stops a class of runaway script; none is reached by a sane rule):
 //! - operations ≤ 20,000 — an infinite loop is cut off after ~100 µs instead of stalling a worker;
 //! - call depth ≤ 8 and expression depth ≤ 32 (16 in functions) — no runaway recursion;
@@ -42,7 +48,7 @@ use arc_swap::ArcSwap;
 use rhai::{Dynamic, EvalAltResult, ImmutableString, Position, Scope, AST};
 use sha2::{Digest, Sha256};
 
-use crate::engine::{DecisionContext, FailPolicy, Tier};
+use crate::engine::{DecisionContext, FailPolicy, StorePolicies, Tier};
 use crate::hll::{DistinctStore, LocalDistinct};
 use crate::limits::{LimiterStore, LocalLimiter};
 use crate::model::{Action, Code, Reason, ShadowHit, Step, Verdict};
@@ -150,6 +156,8 @@ pub struct RuleState {
     pub distinct: Arc<dyn DistinctStore>,
     pub quotas: Arc<dyn QuotaStore>,
     pub reputation: ReputationPolicy,
+    /// What a helper does when its store fails.
+    pub policies: StorePolicies,
 }
 
 /// How decisions feed reputation (see [`RuleState::learn`]).
@@ -187,6 +195,7 @@ impl RuleState {
             distinct: Arc::new(LocalDistinct::new(max_entries)),
             quotas: Arc::new(LocalQuotas::new(max_entries, QUOTA_POOL_TTL_MS)),
             reputation: ReputationPolicy::default(),
+            policies: StorePolicies::default(),
         }
     }
 
@@ -233,6 +242,23 @@ impl RuleState {
         )
     }
 
+    /// The worst reputation among several (`kind`, `value`) pairs, read in one batch (one round
+    /// trip on a shared store).
+    pub fn worst_reputation(&self, pairs: &[(&str, &str)], now_ms: i64) -> Result<i64, StoreError> {
+        let keys: Vec<String> = pairs
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| Self::reputation_key(k, v))
+            .collect();
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let points = self
+            .limiter
+            .get_many(&keys, now_ms, self.reputation.window_ms)?;
+        Ok(points.into_iter().max().unwrap_or(0))
+    }
+
     /// Feeds a finished decision into reputation: what the gateway and business tiers refuse counts
     /// against the client's IP, device, JA3 and user, so edge rules can read it on the next
     /// request. The anti-replay steps never write here: a forged request must cost Rampart no
@@ -257,7 +283,16 @@ impl RuleState {
             c.ja3.as_deref(),
             request.user_id.as_deref(),
         ]) {
-            self.report(kind, value.unwrap_or(""), points, now_ms)?;
+            let value = value.unwrap_or("");
+            if !value.is_empty() {
+                // Not awaited: the answer is already decided, learning must not delay it.
+                self.limiter.incr_detached(
+                    &Self::reputation_key(kind, value),
+                    now_ms,
+                    self.reputation.window_ms,
+                    points,
+                );
+            }
         }
         Ok(())
     }
@@ -278,6 +313,36 @@ thread_local! {
     static LAST_RETRY: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// True while a shadow rule runs: helpers with lasting effects (claims, reports) only look.
     static IN_SHADOW: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Set by a helper whose store failed under a `Deny` policy: names the store.
+    static STORE_DOWN: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
+    /// Set by a helper whose store failed under an `Allow` policy (it answered its neutral value).
+    static DEGRADED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A helper's store answer, with the store's declared policy applied to failures (see the module
+/// docs): `Ok` passes through; a store failure under `Allow` becomes `neutral` and marks the
+/// decision degraded; under `Deny` it fails the rule and flags `STORE_UNAVAILABLE`.
+fn by_policy<T>(
+    helper: &str,
+    store: &'static str,
+    policy: FailPolicy,
+    r: Result<T, StoreError>,
+    neutral: T,
+) -> RhaiResult<T> {
+    match r {
+        Ok(v) => Ok(v),
+        Err(e) if !e.is_store_failure() => Err(rt_err(format!("{helper}: {e}"))),
+        Err(e) => match policy {
+            FailPolicy::Allow => {
+                DEGRADED.with(|d| d.set(true));
+                Ok(neutral)
+            }
+            FailPolicy::Deny => {
+                STORE_DOWN.with(|d| d.set(Some(store)));
+                Err(rt_err(format!("{helper}: {e}")))
+            }
+        },
+    }
 }
 
 /// Settings of a rule set that come from the engine's configuration.
@@ -611,6 +676,7 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
         },
     );
 
+    let policies = state.as_ref().map(|s| s.policies).unwrap_or_default();
     let limiter = state.map(|s| s.limiter);
     let lim = limiter.clone();
     let rate_limit = move |key: &str, rate: f64, burst: i64| -> RhaiResult<bool> {
@@ -619,9 +685,16 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
             .ok_or_else(|| rt_err("rate_limit: no limiter state".into()))?;
         let burst =
             u32::try_from(burst).map_err(|_| rt_err("rate_limit: burst out of range".into()))?;
-        let g = l
-            .gcra(key, EVAL_NOW.with(|n| n.get()), rate, burst)
-            .map_err(|e| rt_err(format!("rate_limit: {e}")))?;
+        let g = by_policy(
+            "rate_limit",
+            "limits",
+            policies.limits,
+            l.gcra(key, EVAL_NOW.with(|n| n.get()), rate, burst),
+            crate::limits::Gcra {
+                allowed: true,
+                retry_after_ms: 0,
+            },
+        )?;
         if !g.allowed {
             LAST_RETRY.with(|r| r.set(g.retry_after_ms));
         }
@@ -642,8 +715,13 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
             let l = lim
                 .as_ref()
                 .ok_or_else(|| rt_err("count: no limiter state".into()))?;
-            l.incr(key, EVAL_NOW.with(|n| n.get()), window_ms, 1)
-                .map_err(|e| rt_err(format!("count: {e}")))
+            by_policy(
+                "count",
+                "counters",
+                policies.counters,
+                l.incr(key, EVAL_NOW.with(|n| n.get()), window_ms, 1),
+                0,
+            )
         },
     );
     if let Some(st) = full_state {
@@ -663,8 +741,7 @@ fn register_state_helpers(e: &mut rhai::Engine, st: RuleState) {
             } else {
                 s.distinct.add(key, item, now(), window_ms)
             };
-            n.map(|n| n as i64)
-                .map_err(|e| rt_err(format!("distinct: {e}")))
+            by_policy("distinct", "distinct", s.policies.distinct, n, 0).map(|n| n as i64)
         },
     );
     let s = st.clone();
@@ -678,16 +755,27 @@ fn register_state_helpers(e: &mut rhai::Engine, st: RuleState) {
             } else {
                 s.quotas.claim(pool, user, stock, now())
             };
-            c.map(|c| c.as_str().into())
-                .map_err(|e| rt_err(format!("claim: {e}")))
+            // A claim that cannot be recorded is never granted: `exhausted` is the neutral answer.
+            by_policy(
+                "claim",
+                "quotas",
+                s.policies.quotas,
+                c,
+                crate::quota::Claim::Exhausted,
+            )
+            .map(|c| c.as_str().into())
         },
     );
     let s = st.clone();
     e.register_fn("claimed", move |pool: &str| -> RhaiResult<i64> {
-        s.quotas
-            .claimed(pool)
-            .map(|n| n as i64)
-            .map_err(|e| rt_err(format!("claimed: {e}")))
+        by_policy(
+            "claimed",
+            "quotas",
+            s.policies.quotas,
+            s.quotas.claimed(pool),
+            0,
+        )
+        .map(|n| n as i64)
     });
     let kind_ok = |helper: &str, kind: &str| -> RhaiResult<()> {
         if REPUTATION_KINDS.contains(&kind) {
@@ -703,23 +791,30 @@ fn register_state_helpers(e: &mut rhai::Engine, st: RuleState) {
         "reputation",
         move |kind: &str, value: &str| -> RhaiResult<i64> {
             kind_ok("reputation", kind)?;
-            s.reputation(kind, value, now())
-                .map_err(|e| rt_err(format!("reputation: {e}")))
+            by_policy(
+                "reputation",
+                "reputation",
+                s.policies.reputation,
+                s.reputation(kind, value, now()),
+                0,
+            )
         },
     );
     let s = st.clone();
     e.register_fn("reputation", move |r: &mut Req| -> RhaiResult<i64> {
-        let mut worst = 0;
-        for (kind, value) in REPUTATION_KINDS
-            .iter()
-            .zip([&r.ip, &r.device_id, &r.ja3, &r.user])
-        {
-            worst = worst.max(
-                s.reputation(kind, value, now())
-                    .map_err(|e| rt_err(format!("reputation: {e}")))?,
-            );
-        }
-        Ok(worst)
+        let pairs = [
+            ("ip", r.ip.as_str()),
+            ("device", r.device_id.as_str()),
+            ("ja3", r.ja3.as_str()),
+            ("user", r.user.as_str()),
+        ];
+        by_policy(
+            "reputation",
+            "reputation",
+            s.policies.reputation,
+            s.worst_reputation(&pairs, now()),
+            0,
+        )
     });
     let s = st;
     e.register_fn(
@@ -729,8 +824,13 @@ fn register_state_helpers(e: &mut rhai::Engine, st: RuleState) {
             if IN_SHADOW.with(|f| f.get()) {
                 return Ok(());
             }
-            s.report(kind, value, points, now())
-                .map_err(|e| rt_err(format!("report: {e}")))
+            by_policy(
+                "report",
+                "reputation",
+                s.policies.reputation,
+                s.report(kind, value, points, now()),
+                (),
+            )
         },
     );
 }
@@ -1405,15 +1505,34 @@ impl RuleSet {
                 continue;
             }
             LAST_RETRY.with(|r| r.set(0));
+            STORE_DOWN.with(|d| d.set(None));
+            DEGRADED.with(|d| d.set(false));
             IN_SHADOW.with(|f| f.set(rule.meta.mode == Mode::Shadow));
             let outcome = self.eval(rule, &mut scope);
             IN_SHADOW.with(|f| f.set(false));
+            if DEGRADED.with(|d| d.get()) && rule.meta.mode == Mode::Enforce {
+                session.degraded = true;
+            }
             let outcome = match outcome {
                 Ok(o) => o,
                 Err(msg) => {
                     rule.errors.fetch_add(1, Ordering::Relaxed);
                     self.errors.fetch_add(1, Ordering::Relaxed);
                     session.errors += 1;
+                    if let Some(store) = STORE_DOWN.with(|d| d.take()) {
+                        if rule.meta.mode == Mode::Enforce {
+                            return Some(Verdict::reject(
+                                tier.step(),
+                                Action::Deny,
+                                Code::StoreUnavailable,
+                                &rule.meta.name,
+                                Reason::new(format!(
+                                    "{msg}; the {store} store fails closed (on_store_error = deny)"
+                                )),
+                            ));
+                        }
+                        continue;
+                    }
                     if rule.meta.mode == Mode::Enforce
                         && self.settings.on_error[tier.index()] == FailPolicy::Deny
                     {
@@ -1513,6 +1632,8 @@ pub struct RuleSession {
     pub reasons: Vec<Reason>,
     pub shadow: Vec<ShadowHit>,
     pub errors: u64,
+    /// An enforced rule's store failed and its policy let the decision go on.
+    pub degraded: bool,
 }
 
 /// The live rule set: one immutable snapshot, swapped whole.

@@ -1,0 +1,395 @@
+//! Shared state on Redis or Redis Cluster: the stores of the decision path (nonces, fingerprints)
+//! and of the rule helpers (rate limits, counters, distinct counts, quotas), so that any number of
+//! engine replicas act as one.
+//!
+//! # How a synchronous decision talks to Redis
+//!
+//! The decision path and the Rhai helpers are synchronous (the core does no I/O), so each store
+//! call is a blocking call from the decision's thread. It is served by one [`Redis`] per process:
+//! a small Tokio runtime of its own (`redis-io` threads) owns redis-rs *multiplexed* connections —
+//! a [`ConnectionManager`] for a single node (it reconnects by itself), a cluster connection for
+//! Redis Cluster (it follows `MOVED`/`ASK` and refreshes the slot map by itself). A call hands its
+//! command to that runtime and parks until the answer (or the per-call timeout). Because every
+//! worker's calls share the multiplexed connections, concurrent decisions are pipelined onto one
+//! socket per node instead of costing one connection each; calls that belong to one decision and
+//! do not depend on each other (the four reputation reads, the reputation writes after a refusal)
+//! are issued together, and writes nobody waits for are not waited for.
+//!
+//! Multi-key scripts keep their keys in one cluster slot with a hash tag; every check-and-set is
+//! one Lua script (`EVALSHA`, reloaded by redis-rs on `NOSCRIPT`), so it is atomic on its node.
+//!
+//! # Failures
+//!
+//! Every call has a bounded timeout. After three consecutive connection failures the store stops
+//! trying for a short cool-down (250 ms) and fails fast, so an outage costs callers microseconds,
+//! not timeouts; the first call after the cool-down probes again, and service resumes without a
+//! restart as soon as Redis answers. What a failure means for a decision is the store's declared
+//! policy (`[state] on_store_error` and the per-store `*_on_error` keys), applied by the core.
+
+mod scripts;
+mod stores;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use prometheus_client::metrics::counter::Counter;
+use rampart_core::nonce::StoreError;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+pub use stores::{
+    BloomLayout, NonceMode, RedisDistinct, RedisFingerprints, RedisLimiter, RedisNonces,
+    RedisQuotas,
+};
+
+/// Where the shared state lives and how to reach it (from `[state]`).
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    /// One node: `redis://host:port/db`. Empty when `cluster_nodes` is set.
+    pub url: String,
+    /// Seed nodes of a Redis Cluster; non-empty = cluster mode.
+    pub cluster_nodes: Vec<String>,
+    /// Prefix of every key (`<prefix>:n:…`), so several deployments can share a Redis.
+    pub prefix: String,
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Multiplexed connections per node (calls are spread over them round-robin).
+    pub connections: usize,
+}
+
+/// A multiplexed connection to one node or to a cluster.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// A connection handed to a call (cheap to clone: the connections are shared handles).
+#[derive(Clone)]
+pub struct RedisConn(Conn);
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.0.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.0.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+}
+
+/// Consecutive connection failures after which calls fail fast for [`COOL_DOWN_MS`].
+const TRIP_AFTER: u32 = 3;
+const COOL_DOWN_MS: i64 = 250;
+
+/// Counters of the Redis client (registered as metrics by [`crate::metrics::Metrics`]).
+#[derive(Debug, Default, Clone)]
+pub struct RedisCounters {
+    pub calls: Counter,
+    pub errors: Counter,
+    pub timeouts: Counter,
+    /// Calls refused without trying during a cool-down.
+    pub fast_failures: Counter,
+}
+
+/// The process's Redis client: its own I/O runtime, its connections, its health.
+pub struct Redis {
+    io: tokio::runtime::Runtime,
+    conns: Arc<ArcSwapOption<Vec<Conn>>>,
+    next: AtomicUsize,
+    timeout: Duration,
+    prefix: String,
+    cluster: bool,
+    failures: AtomicU32,
+    open_until_ms: AtomicI64,
+    pub counters: RedisCounters,
+}
+
+fn wall_ms() -> i64 {
+    crate::clock::now_ms()
+}
+
+fn unavailable(msg: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(format!("redis: {msg}"))
+}
+
+/// Whether an error says the connection (not the command) failed.
+fn is_connection_error(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+        || matches!(
+            e.kind(),
+            redis::ErrorKind::Io | redis::ErrorKind::ClusterConnectionNotFound
+        )
+}
+
+impl Redis {
+    /// Starts the I/O runtime and connects in the background; waits up to the connect timeout for
+    /// the first connection (an unreachable Redis does not stop the start: calls fail by policy
+    /// until it answers, and `/readyz` says so).
+    pub fn start(s: &RedisSettings, counters: RedisCounters) -> Result<Arc<Redis>, String> {
+        let io = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("redis-io")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the Redis I/O runtime: {e}"))?;
+        let conns: Arc<ArcSwapOption<Vec<Conn>>> = Arc::new(ArcSwapOption::empty());
+        let redis = Arc::new(Redis {
+            io,
+            conns: conns.clone(),
+            next: AtomicUsize::new(0),
+            timeout: s.timeout,
+            prefix: s.prefix.clone(),
+            cluster: !s.cluster_nodes.is_empty(),
+            failures: AtomicU32::new(0),
+            open_until_ms: AtomicI64::new(0),
+            counters,
+        });
+        let connect = connector(s)?;
+        let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
+        let shown = if s.cluster_nodes.is_empty() {
+            s.url.clone()
+        } else {
+            s.cluster_nodes.join(",")
+        };
+        let n = s.connections.max(1);
+        redis.io.spawn(async move {
+            let mut delay = Duration::from_millis(100);
+            loop {
+                let mut made = Vec::with_capacity(n);
+                let mut failed = None;
+                for _ in 0..n {
+                    match connect().await {
+                        Ok(c) => made.push(c),
+                        Err(e) => {
+                            failed = Some(e);
+                            break;
+                        }
+                    }
+                }
+                match failed {
+                    None => {
+                        conns.store(Some(Arc::new(made)));
+                        tracing::info!(redis = %shown, connections = n, "connected to redis");
+                        let _ = tx.try_send(());
+                        return;
+                    }
+                    Some(e) => {
+                        tracing::warn!(redis = %shown, error = %e, "cannot connect to redis yet; retrying");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(2));
+                    }
+                }
+            }
+        });
+        let _ = rx.recv_timeout(s.connect_timeout);
+        Ok(redis)
+    }
+
+    /// Whether the first connection has been made.
+    pub fn connected(&self) -> bool {
+        self.conns.load().is_some()
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Whether calls are currently failing fast (cool-down after connection failures).
+    pub fn cooling_down(&self) -> bool {
+        wall_ms() < self.open_until_ms.load(Ordering::Relaxed)
+    }
+
+    fn conn(&self) -> Result<RedisConn, StoreError> {
+        if self.cooling_down() {
+            self.counters.fast_failures.inc();
+            return Err(unavailable("unreachable (cooling down after failed calls)"));
+        }
+        let guard = self.conns.load();
+        let conns = guard
+            .as_ref()
+            .ok_or_else(|| unavailable("not connected yet"))?;
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % conns.len();
+        Ok(RedisConn(conns[i].clone()))
+    }
+
+    fn record<T>(&self, r: &Result<T, redis::RedisError>) {
+        match r {
+            Ok(_) => {
+                if self.failures.load(Ordering::Relaxed) != 0 {
+                    self.failures.store(0, Ordering::Relaxed);
+                }
+            }
+            Err(e) => {
+                self.counters.errors.inc();
+                if is_connection_error(e) {
+                    self.trip();
+                }
+            }
+        }
+    }
+
+    fn trip(&self) {
+        if self.failures.fetch_add(1, Ordering::Relaxed) + 1 >= TRIP_AFTER {
+            self.open_until_ms
+                .store(wall_ms() + COOL_DOWN_MS, Ordering::Relaxed);
+            self.failures.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Runs `f` on the I/O runtime and waits for its answer, at most the call timeout.
+    pub fn call<T, F, Fut>(&self, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(RedisConn) -> Fut,
+        Fut: Future<Output = RedisResult<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let conn = self.conn()?;
+        self.counters.calls.inc();
+        let fut = f(conn);
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let timeout = self.timeout;
+        self.io.spawn(async move {
+            let r = tokio::time::timeout(timeout, fut).await;
+            let _ = tx.send(r);
+        });
+        // The task itself times out; the margin only covers a stalled I/O thread.
+        match rx.recv_timeout(timeout + Duration::from_millis(100)) {
+            Ok(Ok(r)) => {
+                self.record(&r);
+                r.map_err(unavailable)
+            }
+            Ok(Err(_)) | Err(_) => {
+                self.counters.timeouts.inc();
+                self.trip();
+                Err(unavailable(format!(
+                    "no answer within {} ms",
+                    timeout.as_millis()
+                )))
+            }
+        }
+    }
+
+    /// Runs `f` on the I/O runtime without waiting (best-effort writes nobody waits for).
+    pub fn send<F, Fut>(self: &Arc<Self>, f: F)
+    where
+        F: FnOnce(RedisConn) -> Fut,
+        Fut: Future<Output = RedisResult<()>> + Send + 'static,
+    {
+        let Ok(conn) = self.conn() else { return };
+        self.counters.calls.inc();
+        let fut = f(conn);
+        let me = Arc::clone(self);
+        let timeout = self.timeout;
+        self.io.spawn(async move {
+            match tokio::time::timeout(timeout, fut).await {
+                Ok(r) => me.record(&r),
+                Err(_) => {
+                    me.counters.timeouts.inc();
+                    me.trip();
+                }
+            }
+        });
+    }
+
+    /// `PING`, for readiness and tests.
+    pub fn ping(&self) -> Result<(), StoreError> {
+        self.call(|mut c| async move { redis::cmd("PING").query_async::<String>(&mut c).await })
+            .map(|_| ())
+    }
+}
+
+type ConnectFuture = std::pin::Pin<Box<dyn Future<Output = RedisResult<Conn>> + Send>>;
+
+/// A function that opens one multiplexed connection (single node or cluster).
+fn connector(s: &RedisSettings) -> Result<impl Fn() -> ConnectFuture + Send + 'static, String> {
+    enum Target {
+        Single(redis::Client, ConnectionManagerConfig),
+        Cluster(redis::cluster::ClusterClient),
+    }
+    let target = if s.cluster_nodes.is_empty() {
+        let client = redis::Client::open(s.url.as_str())
+            .map_err(|e| format!("state.redis_url {:?}: {e}", s.url))?;
+        let cfg = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(s.connect_timeout))
+            .set_response_timeout(Some(s.timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        Target::Single(client, cfg)
+    } else {
+        let client = redis::cluster::ClusterClient::builder(s.cluster_nodes.clone())
+            .connection_timeout(s.connect_timeout)
+            .response_timeout(s.timeout)
+            .retries(2)
+            .build()
+            .map_err(|e| format!("state.redis_cluster_nodes: {e}"))?;
+        Target::Cluster(client)
+    };
+    let target = Arc::new(target);
+    Ok(move || -> ConnectFuture {
+        let t = target.clone();
+        Box::pin(async move {
+            match &*t {
+                Target::Single(client, cfg) => {
+                    ConnectionManager::new_with_config(client.clone(), cfg.clone())
+                        .await
+                        .map(Conn::Single)
+                }
+                Target::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+            }
+        })
+    })
+}
+
+/// Checks the Redis settings without connecting (for `rampart check` and start-up validation).
+pub fn validate(s: &RedisSettings) -> Result<(), String> {
+    connector(s).map(|_| ())
+}

@@ -1,0 +1,128 @@
+//! The Lua scripts of the Redis stores. Each check-and-set is one script, so it is atomic on the
+//! node that holds its keys (multi-key scripts keep their keys in one slot with a hash tag).
+//! redis-rs sends them with `EVALSHA` and loads them again on `NOSCRIPT` (after a restart or a
+//! `SCRIPT FLUSH`). Arithmetic stays below 2^53, where Lua's numbers are exact.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// Compact nonce mode: one time slice of one shard of the Bloom filter is one string key.
+///
+/// KEYS[1] the slice-shard bitmap; ARGV[1] its TTL (ms); ARGV[2] its size (bytes); ARGV[3..]
+/// `SET u1 <bit> 1` for each of the k probe bits. The bitmap is created at its full size with its
+/// expiry in the same step (so it never grows by doubling and never outlives its slice), then one
+/// `BITFIELD` sets every probe bit and returns their old values: all were set = seen before.
+/// Returns 1 for "seen" (a replay), 0 for "new".
+pub static NONCE_BLOOM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local key = KEYS[1]
+if redis.call('EXISTS', key) == 0 then
+  redis.call('SET', key, string.rep('\0', tonumber(ARGV[2])), 'PX', ARGV[1])
+end
+local old = redis.call('BITFIELD', key, unpack(ARGV, 3))
+for i = 1, #old do
+  if old[i] == 0 then return 0 end
+end
+return 1
+"#,
+    )
+});
+
+/// GCRA (generic cell rate algorithm), one key holding the theoretical arrival time (ms).
+///
+/// KEYS[1]; ARGV: now (ms), emission interval T (ms), tolerance τ = T·burst (ms).
+/// Returns {allowed (1|0), retry_after_ms}.
+pub static GCRA: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local now = tonumber(ARGV[1])
+local t = tonumber(ARGV[2])
+local tau = tonumber(ARGV[3])
+local tat = tonumber(redis.call('GET', KEYS[1]) or '') or now
+if tat < now then tat = now end
+local nxt = tat + t
+if nxt - now <= tau then
+  redis.call('SET', KEYS[1], string.format('%.3f', nxt), 'PX', math.ceil(nxt - now) + 1)
+  return {1, 0}
+end
+local retry = math.ceil(nxt - tau - now)
+if retry < 1 then retry = 1 end
+return {0, retry}
+"#,
+    )
+});
+
+/// Sliding-window counter: a hash with the current fixed window's start `s`, its width `w`, its
+/// count `c` and the previous window's count `p`; the answer weighs `p` by the part of the previous
+/// window still inside the sliding one (the same arithmetic as the in-process limiter).
+///
+/// KEYS[1]; ARGV: now (ms), window (ms), n (0 = read only, nothing is created).
+pub static WINDOW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local now = tonumber(ARGV[1])
+local win = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local aligned = now - (now % win)
+local v = redis.call('HMGET', KEYS[1], 's', 'w', 'c', 'p')
+local s, w = tonumber(v[1]), tonumber(v[2])
+local c, p = tonumber(v[3]) or 0, tonumber(v[4]) or 0
+if s == nil or w ~= win or now >= s + 2 * win then
+  if n == 0 then return 0 end
+  s, c, p = aligned, 0, 0
+end
+if aligned > s then
+  if aligned - s == win then p = c else p = 0 end
+  c = 0
+  s = aligned
+end
+if n ~= 0 then
+  c = c + n
+  redis.call('HSET', KEYS[1], 's', s, 'w', win, 'c', c, 'p', p)
+  redis.call('PEXPIRE', KEYS[1], s + 2 * win - now + 1)
+end
+local elapsed = (now - s) / win
+return math.floor(p * (1 - elapsed) + 0.5) + c
+"#,
+    )
+});
+
+/// Distinct counts: Redis's own HyperLogLog per fixed window; the answer is the union of the
+/// current and the previous window. KEYS[1] current, KEYS[2] previous (same slot); ARGV[1] the item
+/// ('' = count only), ARGV[2] the current key's TTL (ms).
+pub static DISTINCT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if ARGV[1] ~= '' then
+  redis.call('PFADD', KEYS[1], ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return redis.call('PFCOUNT', KEYS[1], KEYS[2])
+"#,
+    )
+});
+
+/// One claim on one stock segment: once per user (a set of holders), never more than the
+/// segment's share (a counter), in one atomic step.
+///
+/// KEYS[1] holders (set), KEYS[2] granted (counter), same slot; ARGV: user, share, TTL (ms),
+/// peek (1 = only look). Returns {status, remaining}: 0 granted (or would be), 1 duplicate,
+/// 2 exhausted.
+pub static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return {1, 0} end
+local n = tonumber(redis.call('GET', KEYS[2]) or '0')
+local share = tonumber(ARGV[2])
+if n >= share then return {2, 0} end
+if ARGV[4] == '1' then return {0, share - n} end
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('INCR', KEYS[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return {0, share - n - 1}
+"#,
+    )
+});

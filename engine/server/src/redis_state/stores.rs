@@ -1,0 +1,700 @@
+//! The Redis implementations of the core's store traits. Key layout (`<p>` = `[state]
+//! redis_prefix`):
+//!
+//! | key | type | store |
+//! |---|---|---|
+//! | `<p>:n:<app>:<nonce>` | string, `PX` | exact nonces (`SET NX PX`) |
+//! | `<p>:nb:<app>:<slice>:<shard>` | string (bitmap), `PX` | compact nonces (Bloom slices) |
+//! | `<p>:f:<fingerprint>` | string, `PX` | duplicate submissions |
+//! | `<p>:g:<key>` | string (TAT), `PX` | `rate_limit` (GCRA) |
+//! | `<p>:w:<key>` | hash, `PX` | `count`, reputation (sliding windows) |
+//! | `<p>:d:{<hash>}:<window>:<start>` | HyperLogLog, `PX` | `distinct` |
+//! | `<p>:q:{<segment>#<pool>}:h` / `:n` | set / counter, `PX` | `claim` |
+//!
+//! Rule-supplied keys longer than 200 bytes are replaced by their 128-bit hash, so an attacker
+//! who controls part of a key cannot make Redis store megabytes per request.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rampart_core::bloom::SlicedBloomConfig;
+use rampart_core::fingerprint::FingerprintStore;
+use rampart_core::hll::DistinctStore;
+use rampart_core::limits::{Gcra, LimiterStore};
+use rampart_core::nonce::{NonceStats, NonceStore, NonceVerdict, StoreError};
+use rampart_core::quota::{Claim, QuotaStore};
+use redis::AsyncCommands;
+use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64};
+
+use super::scripts;
+use super::Redis;
+
+const MAX_KEY: usize = 200;
+
+fn key_part(k: &str) -> Cow<'_, str> {
+    if k.len() <= MAX_KEY {
+        Cow::Borrowed(k)
+    } else {
+        Cow::Owned(format!("h:{:032x}", xxh3_128_with_seed(k.as_bytes(), 0)))
+    }
+}
+
+fn invalid(msg: &str) -> StoreError {
+    StoreError::Invalid(msg.into())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Nonces
+
+/// The compact mode's layout: time slices by the request's own timestamp (as the in-process
+/// filter, so the window-edge invariant holds the same way), each split into `shards` bitmaps so
+/// that a cluster spreads one slice's traffic over its nodes. Each shard is a standard Bloom filter
+/// (`m = −n·ln p / (ln 2)²`, `k = (m/n)·ln 2`): in Redis a probe costs the same wherever its bit is,
+/// so the cache-line blocking of the in-process filter would only cost memory here.
+#[derive(Debug, Clone, Copy)]
+pub struct BloomLayout {
+    pub slice_ms: i64,
+    pub max_window_ms: i64,
+    pub retention_ms: i64,
+    pub shards: u64,
+    /// Entries each shard of a slice is sized for.
+    pub entries_per_shard: u64,
+    pub bits_per_shard: u64,
+    pub k: u32,
+    pub target_fp: f64,
+    seed: u64,
+}
+
+impl BloomLayout {
+    pub fn new(cfg: &SlicedBloomConfig, shards: u32, seed: u64) -> Self {
+        let shards = shards.max(1) as u64;
+        let n = cfg.capacity_per_slice().div_ceil(shards).max(16);
+        let p = cfg.target_fp;
+        let ln2 = std::f64::consts::LN_2;
+        let bits = ((-(n as f64) * p.ln() / (ln2 * ln2)).ceil() as u64).div_ceil(8) * 8;
+        let k = ((bits as f64 / n as f64) * ln2).round().clamp(1.0, 32.0) as u32;
+        BloomLayout {
+            slice_ms: cfg.slice_ms.max(1),
+            max_window_ms: cfg.max_window_ms,
+            retention_ms: cfg.retention_ms,
+            shards,
+            entries_per_shard: n,
+            bits_per_shard: bits,
+            k,
+            target_fp: p,
+            seed,
+        }
+    }
+
+    pub fn bytes_per_shard(&self) -> u64 {
+        self.bits_per_shard / 8
+    }
+
+    /// Server time until which a slice must be kept (as the in-process filter, plus one slice of
+    /// grace for requests in flight).
+    fn expiry_of(&self, slice: i64) -> i64 {
+        let s = self.slice_ms;
+        (slice + 1)
+            .saturating_mul(s)
+            .saturating_sub(self.max_window_ms)
+            .saturating_add(self.retention_ms)
+            .saturating_add(s)
+    }
+
+    /// Slices alive at any moment: the memory the mode holds at design load.
+    pub fn live_slices(&self) -> u64 {
+        ((self.retention_ms + self.slice_ms - 1) / self.slice_ms + 2) as u64
+    }
+
+    pub fn memory_bytes(&self) -> u64 {
+        self.live_slices() * self.shards * self.bytes_per_shard()
+    }
+
+    /// The shard and the k bit offsets of a nonce (enhanced double hashing over a 128-bit hash).
+    fn probes(&self, app: &str, nonce: &str) -> (u64, Vec<u64>) {
+        let mut buf = Vec::with_capacity(app.len() + 1 + nonce.len());
+        buf.extend_from_slice(app.as_bytes());
+        buf.push(0);
+        buf.extend_from_slice(nonce.as_bytes());
+        let h = xxh3_128_with_seed(&buf, self.seed);
+        let (lo, hi) = (h as u64, (h >> 64) as u64);
+        let shard = ((hi >> 32) * self.shards) >> 32;
+        let m = self.bits_per_shard;
+        let (mut x, mut y) = (lo, hi | 1);
+        let mut offs = Vec::with_capacity(self.k as usize);
+        for i in 0..self.k as u64 {
+            offs.push(x % m);
+            x = x.wrapping_add(y);
+            y = y.wrapping_add(i);
+        }
+        (shard, offs)
+    }
+}
+
+pub enum NonceMode {
+    /// `SET NX PX`: no false positives, ~100 B per live nonce.
+    Exact,
+    Bloom(BloomLayout),
+}
+
+/// Nonces in Redis, exact or compact.
+pub struct RedisNonces {
+    redis: Arc<Redis>,
+    mode: NonceMode,
+    retention_ms: i64,
+    /// Added to every expiry: engine instances' clocks differ by up to this much.
+    margin_ms: i64,
+    stats_probe: AtomicU64,
+    last_stats: Mutex<NonceStats>,
+}
+
+impl RedisNonces {
+    pub fn new(redis: Arc<Redis>, mode: NonceMode, retention_ms: i64, margin_ms: i64) -> Self {
+        RedisNonces {
+            redis,
+            mode,
+            retention_ms,
+            margin_ms,
+            stats_probe: AtomicU64::new(0),
+            last_stats: Mutex::new(NonceStats::default()),
+        }
+    }
+
+    pub fn layout(&self) -> Option<&BloomLayout> {
+        match &self.mode {
+            NonceMode::Bloom(l) => Some(l),
+            NonceMode::Exact => None,
+        }
+    }
+}
+
+impl NonceStore for RedisNonces {
+    fn check_and_insert(
+        &self,
+        app: &str,
+        nonce: &str,
+        ts_ms: i64,
+        window_ms: i64,
+        now_ms: i64,
+    ) -> Result<NonceVerdict, StoreError> {
+        let p = self.redis.prefix();
+        match &self.mode {
+            NonceMode::Exact => {
+                // Live until ts − W + retention (≥ ts + W), as the in-process exact store.
+                let expires = ts_ms
+                    .saturating_sub(window_ms)
+                    .saturating_add(self.retention_ms)
+                    .saturating_add(1);
+                let ttl = expires - now_ms + self.margin_ms;
+                if ttl <= 0 {
+                    return Ok(NonceVerdict::OutOfRange);
+                }
+                let key = format!("{p}:n:{app}:{nonce}");
+                let set: Option<String> = self.redis.call(move |mut c| async move {
+                    redis::cmd("SET")
+                        .arg(key)
+                        .arg(1)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(ttl)
+                        .query_async(&mut c)
+                        .await
+                })?;
+                Ok(if set.is_some() {
+                    NonceVerdict::Fresh
+                } else {
+                    NonceVerdict::Replay
+                })
+            }
+            NonceMode::Bloom(l) => {
+                let slice = ts_ms.div_euclid(l.slice_ms);
+                let ttl = l.expiry_of(slice) - now_ms + self.margin_ms;
+                if ttl <= 0 {
+                    return Ok(NonceVerdict::OutOfRange);
+                }
+                let (shard, offs) = l.probes(app, nonce);
+                let key = format!("{p}:nb:{app}:{slice}:{shard}");
+                let bytes = l.bytes_per_shard();
+                let seen: i64 = self.redis.call(move |mut c| async move {
+                    let mut inv = scripts::NONCE_BLOOM.key(key);
+                    inv.arg(ttl).arg(bytes);
+                    for o in offs {
+                        inv.arg("SET").arg("u1").arg(o).arg(1);
+                    }
+                    inv.invoke_async(&mut c).await
+                })?;
+                Ok(if seen == 1 {
+                    NonceVerdict::Replay
+                } else {
+                    NonceVerdict::Fresh
+                })
+            }
+        }
+    }
+
+    fn maintain(&self, _now_ms: i64) {
+        // Expiry does the housekeeping: every key carries its own PX.
+    }
+
+    fn stats(&self, _now_ms: i64) -> NonceStats {
+        let NonceMode::Bloom(l) = &self.mode else {
+            return NonceStats {
+                mode: "redis-exact",
+                ..Default::default()
+            };
+        };
+        // The fill comes from `sample` (BITCOUNT of a recent slice), refreshed in the background.
+        let mut st = self
+            .last_stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        st.mode = "redis-bloom";
+        st.memory_bytes = l.memory_bytes();
+        st
+    }
+}
+
+impl RedisNonces {
+    /// Refreshes the sampled fill of `app`'s filter (called by the maintenance thread).
+    pub fn sample(&self, app: &str, now_ms: i64) {
+        let NonceMode::Bloom(l) = &self.mode else {
+            return;
+        };
+        let slice = (now_ms - l.slice_ms).div_euclid(l.slice_ms);
+        let shard = self.stats_probe.fetch_add(1, Ordering::Relaxed) % l.shards;
+        let key = format!("{}:nb:{app}:{slice}:{shard}", self.redis.prefix());
+        let Ok(ones) = self.redis.call(move |mut c| async move {
+            redis::cmd("BITCOUNT")
+                .arg(key)
+                .query_async::<u64>(&mut c)
+                .await
+        }) else {
+            return;
+        };
+        let m = l.bits_per_shard as f64;
+        let fill = ones as f64 / m;
+        let k = l.k as f64;
+        let entries = if fill < 1.0 {
+            -(m / k) * (1.0 - fill).ln()
+        } else {
+            f64::INFINITY
+        };
+        let fp = fill.powf(k);
+        let mut st = self.last_stats.lock().unwrap_or_else(|e| e.into_inner());
+        st.fill_ratio = fill;
+        st.entries = entries * l.shards as f64;
+        st.estimated_fp = fp;
+        st.overloaded = entries > l.entries_per_shard as f64 * 1.1 || fp > l.target_fp * 2.0;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fingerprints
+
+pub struct RedisFingerprints {
+    redis: Arc<Redis>,
+}
+
+impl RedisFingerprints {
+    pub fn new(redis: Arc<Redis>) -> Self {
+        RedisFingerprints { redis }
+    }
+}
+
+impl FingerprintStore for RedisFingerprints {
+    fn insert_if_absent(&self, fp: u128, window_ms: i64, _now_ms: i64) -> Result<bool, StoreError> {
+        let key = format!("{}:f:{fp:032x}", self.redis.prefix());
+        let ttl = window_ms.max(1);
+        let set: Option<String> = self.redis.call(move |mut c| async move {
+            redis::cmd("SET")
+                .arg(key)
+                .arg(1)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl)
+                .query_async(&mut c)
+                .await
+        })?;
+        Ok(set.is_some())
+    }
+
+    fn maintain(&self, _now_ms: i64) {}
+
+    fn len(&self) -> usize {
+        0
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rate limits and counters
+
+pub struct RedisLimiter {
+    redis: Arc<Redis>,
+}
+
+impl RedisLimiter {
+    pub fn new(redis: Arc<Redis>) -> Self {
+        RedisLimiter { redis }
+    }
+
+    fn window_key(&self, key: &str) -> String {
+        format!("{}:w:{}", self.redis.prefix(), key_part(key))
+    }
+}
+
+async fn window(
+    mut c: super::RedisConn,
+    key: String,
+    now_ms: i64,
+    window_ms: i64,
+    n: i64,
+) -> redis::RedisResult<i64> {
+    scripts::WINDOW
+        .key(key)
+        .arg(now_ms)
+        .arg(window_ms)
+        .arg(n)
+        .invoke_async(&mut c)
+        .await
+}
+
+impl LimiterStore for RedisLimiter {
+    fn gcra(
+        &self,
+        key: &str,
+        now_ms: i64,
+        rate_per_sec: f64,
+        burst: u32,
+    ) -> Result<Gcra, StoreError> {
+        if !(rate_per_sec > 0.0 && rate_per_sec.is_finite()) || burst == 0 {
+            return Err(invalid(
+                "rate_limit needs a positive rate and a burst of at least 1",
+            ));
+        }
+        let t = 1000.0 / rate_per_sec;
+        let tau = t * burst as f64;
+        let key = format!("{}:g:{}", self.redis.prefix(), key_part(key));
+        let (allowed, retry): (i64, i64) = self.redis.call(move |mut c| async move {
+            scripts::GCRA
+                .key(key)
+                .arg(now_ms)
+                .arg(t)
+                .arg(tau)
+                .invoke_async(&mut c)
+                .await
+        })?;
+        Ok(Gcra {
+            allowed: allowed == 1,
+            retry_after_ms: retry.max(0) as u64,
+        })
+    }
+
+    fn incr(&self, key: &str, now_ms: i64, window_ms: i64, n: i64) -> Result<i64, StoreError> {
+        if window_ms <= 0 {
+            return Err(invalid("counter windows must be positive"));
+        }
+        if n == 0 {
+            return self.get(key, now_ms, window_ms);
+        }
+        let key = self.window_key(key);
+        self.redis
+            .call(move |c| window(c, key, now_ms, window_ms, n))
+    }
+
+    fn get(&self, key: &str, now_ms: i64, window_ms: i64) -> Result<i64, StoreError> {
+        if window_ms <= 0 {
+            return Err(invalid("counter windows must be positive"));
+        }
+        let key = self.window_key(key);
+        self.redis
+            .call(move |c| window(c, key, now_ms, window_ms, 0))
+    }
+
+    fn get_many(
+        &self,
+        keys: &[String],
+        now_ms: i64,
+        window_ms: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        if window_ms <= 0 {
+            return Err(invalid("counter windows must be positive"));
+        }
+        let keys: Vec<String> = keys.iter().map(|k| self.window_key(k)).collect();
+        // Issued together: one round trip on a single node, parallel on a cluster.
+        self.redis.call(move |c| async move {
+            let calls: Vec<_> = keys
+                .into_iter()
+                .map(|k| tokio::spawn(window(c.clone(), k, now_ms, window_ms, 0)))
+                .collect();
+            let mut out = Vec::with_capacity(calls.len());
+            for h in calls {
+                out.push(h.await.map_err(|e| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "task failed",
+                        e.to_string(),
+                    ))
+                })??);
+            }
+            Ok(out)
+        })
+    }
+
+    fn incr_detached(&self, key: &str, now_ms: i64, window_ms: i64, n: i64) {
+        if window_ms <= 0 || n == 0 {
+            return;
+        }
+        let key = self.window_key(key);
+        self.redis
+            .send(move |c| async move { window(c, key, now_ms, window_ms, n).await.map(|_| ()) });
+    }
+
+    fn maintain(&self, _now_ms: i64) {}
+
+    fn len(&self) -> usize {
+        0
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Distinct counts
+
+pub struct RedisDistinct {
+    redis: Arc<Redis>,
+}
+
+impl RedisDistinct {
+    pub fn new(redis: Arc<Redis>) -> Self {
+        RedisDistinct { redis }
+    }
+
+    fn run(&self, key: &str, item: &str, now_ms: i64, window_ms: i64) -> Result<u64, StoreError> {
+        if window_ms <= 0 {
+            return Err(invalid("distinct windows must be positive"));
+        }
+        let start = now_ms.div_euclid(window_ms) * window_ms;
+        // The tag is a hash of the key: both windows in one slot, whatever characters the key has.
+        let tag = format!(
+            "{}:d:{{{:016x}}}:{window_ms}",
+            self.redis.prefix(),
+            xxh3_64(key.as_bytes())
+        );
+        let cur = format!("{tag}:{start}");
+        let prev = format!("{tag}:{}", start - window_ms);
+        let ttl = start + 2 * window_ms - now_ms + 1;
+        let item = item.to_string();
+        self.redis.call(move |mut c| async move {
+            scripts::DISTINCT
+                .key(cur)
+                .key(prev)
+                .arg(item)
+                .arg(ttl)
+                .invoke_async(&mut c)
+                .await
+        })
+    }
+}
+
+impl DistinctStore for RedisDistinct {
+    fn add(&self, key: &str, item: &str, now_ms: i64, window_ms: i64) -> Result<u64, StoreError> {
+        self.run(key, item, now_ms, window_ms)
+    }
+
+    fn count(&self, key: &str, now_ms: i64, window_ms: i64) -> Result<u64, StoreError> {
+        self.run(key, "", now_ms, window_ms)
+    }
+
+    fn maintain(&self, _now_ms: i64) {}
+
+    fn len(&self) -> usize {
+        0
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quotas
+
+/// Virtual nodes per segment on the consistent-hash ring.
+const VNODES: u64 = 64;
+/// How long "this segment was exhausted at this stock" is believed without asking again.
+const EXHAUSTED_TTL_MS: i64 = 1_000;
+
+/// Claims in Redis. A pool's stock is split into `segments` (each with its own holders set and
+/// counter, in its own slot, so one hot prize spreads over the cluster's nodes). A user's home
+/// segment is found on a consistent-hash ring with virtual nodes (so the mapping is even and
+/// stable); when it is exhausted the claim walks on to the next segments of the ring, always in
+/// the same order for that user.
+///
+/// - **Never oversold**: each segment grants at most its share, atomically, and the shares add up
+///   to the stock.
+/// - **Never twice per user**: a user's claims always visit the same segments in the same order,
+///   and a segment is only passed when it is exhausted — which it stays while the stock does not
+///   grow — so a second claim meets the first one's holder set. (Raising a live pool's stock with
+///   more than one segment can re-open a segment a user has walked past; raise stock only between
+///   campaigns, or use one segment.)
+pub struct RedisQuotas {
+    redis: Arc<Redis>,
+    segments: u64,
+    ring: Vec<(u64, u64)>,
+    ttl_ms: i64,
+    exhausted: Mutex<HashMap<(String, u64), (u64, i64)>>,
+}
+
+impl RedisQuotas {
+    pub fn new(redis: Arc<Redis>, segments: u32, ttl_ms: i64) -> Self {
+        let segments = segments.max(1) as u64;
+        let mut ring: Vec<(u64, u64)> = (0..segments)
+            .flat_map(|s| {
+                (0..VNODES).map(move |v| {
+                    let mut b = [0u8; 16];
+                    b[..8].copy_from_slice(&s.to_le_bytes());
+                    b[8..].copy_from_slice(&v.to_le_bytes());
+                    (xxh3_64(&b), s)
+                })
+            })
+            .collect();
+        ring.sort_unstable();
+        RedisQuotas {
+            redis,
+            segments,
+            ring,
+            ttl_ms,
+            exhausted: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The segments a user visits, in order: home first, then the ring's next distinct ones.
+    fn walk(&self, user: &str) -> Vec<u64> {
+        if self.segments == 1 {
+            return vec![0];
+        }
+        let h = xxh3_64(user.as_bytes());
+        let start = self.ring.partition_point(|(p, _)| *p < h);
+        let mut out = Vec::with_capacity(self.segments as usize);
+        for i in 0..self.ring.len() {
+            let s = self.ring[(start + i) % self.ring.len()].1;
+            if !out.contains(&s) {
+                out.push(s);
+                if out.len() as u64 == self.segments {
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    fn share(&self, stock: u64, seg: u64) -> u64 {
+        stock / self.segments + u64::from(seg < stock % self.segments)
+    }
+
+    fn keys(&self, pool: &str, seg: u64) -> (String, String) {
+        let base = format!("{}:q:{{{seg}#{}}}", self.redis.prefix(), key_part(pool));
+        (format!("{base}:h"), format!("{base}:n"))
+    }
+
+    fn known_exhausted(&self, pool: &str, seg: u64, stock: u64, now: i64) -> bool {
+        let m = self.exhausted.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(&(pool.to_string(), seg))
+            .is_some_and(|(s, until)| *s == stock && now < *until)
+    }
+
+    fn remember_exhausted(&self, pool: &str, seg: u64, stock: u64, now: i64) {
+        let mut m = self.exhausted.lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() > 100_000 {
+            m.clear();
+        }
+        m.insert((pool.to_string(), seg), (stock, now + EXHAUSTED_TTL_MS));
+    }
+
+    fn run(&self, pool: &str, user: &str, stock: u64, peek: bool) -> Result<Claim, StoreError> {
+        if pool.is_empty() || user.is_empty() {
+            return Err(invalid("claim needs a pool and a user"));
+        }
+        let now = super::wall_ms();
+        for seg in self.walk(user) {
+            let share = self.share(stock, seg);
+            if share == 0 || self.known_exhausted(pool, seg, stock, now) {
+                continue;
+            }
+            let (holders, granted) = self.keys(pool, seg);
+            let user = key_part(user).into_owned();
+            let ttl = self.ttl_ms;
+            let (status, remaining): (i64, i64) = self.redis.call(move |mut c| async move {
+                scripts::CLAIM
+                    .key(holders)
+                    .key(granted)
+                    .arg(user)
+                    .arg(share)
+                    .arg(ttl)
+                    .arg(if peek { 1 } else { 0 })
+                    .invoke_async(&mut c)
+                    .await
+            })?;
+            match status {
+                0 => {
+                    return Ok(Claim::Granted {
+                        remaining: remaining.max(0) as u64,
+                    })
+                }
+                1 => return Ok(Claim::Duplicate),
+                _ => self.remember_exhausted(pool, seg, stock, now),
+            }
+        }
+        Ok(Claim::Exhausted)
+    }
+}
+
+impl QuotaStore for RedisQuotas {
+    fn claim(&self, pool: &str, user: &str, stock: u64, _now_ms: i64) -> Result<Claim, StoreError> {
+        self.run(pool, user, stock, false)
+    }
+
+    fn peek(&self, pool: &str, user: &str, stock: u64) -> Result<Claim, StoreError> {
+        self.run(pool, user, stock, true)
+    }
+
+    fn claimed(&self, pool: &str) -> Result<u64, StoreError> {
+        if pool.is_empty() {
+            return Err(invalid("claimed needs a pool"));
+        }
+        let keys: Vec<String> = (0..self.segments).map(|s| self.keys(pool, s).1).collect();
+        self.redis.call(move |c| async move {
+            let calls: Vec<_> = keys
+                .into_iter()
+                .map(|k| {
+                    let mut c = c.clone();
+                    tokio::spawn(async move { c.get::<_, Option<u64>>(k).await })
+                })
+                .collect();
+            let mut total = 0;
+            for h in calls {
+                total += h
+                    .await
+                    .map_err(|e| {
+                        redis::RedisError::from((
+                            redis::ErrorKind::Client,
+                            "task failed",
+                            e.to_string(),
+                        ))
+                    })??
+                    .unwrap_or(0);
+            }
+            Ok(total)
+        })
+    }
+
+    fn maintain(&self, now_ms: i64) {
+        let now = now_ms.max(super::wall_ms());
+        self.exhausted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, (_, until)| *until > now);
+    }
+
+    fn len(&self) -> usize {
+        0
+    }
+}

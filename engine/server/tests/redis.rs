@@ -1,0 +1,493 @@
+//! Shared state on real Redis (DESIGN §2, issue "distributed state"): several `rampart serve`
+//! processes behind one Redis — a single node and a 3-master cluster — act as one engine.
+//!
+//! - a nonce used on one instance is a replay on every other one, in both nonce modes;
+//! - of many identical requests racing over the instances, exactly one passes;
+//! - no gap at either window edge across instances;
+//! - 200 concurrent claimants for 100 prizes over 3 instances: exactly 100 winners, nobody twice;
+//! - rate limits, counters and distinct counts are shared;
+//! - Redis killed mid-load: callers see the declared policy (never a 5xx, never a crash), the local
+//!   fallback keeps catching an instance's own replays, and service resumes when Redis returns.
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{nonce, now_ms, temp_dir, Call, Engine, RedisCluster, RedisServer};
+
+const SECRET: &str = "redis-test-secret";
+/// The window of the test app: small, so the window-edge test waits little.
+const WINDOW_MS: i64 = 1000;
+
+fn rule(dir: &Path, path: &str, meta: &str, body: &str) {
+    let p = dir.join(path);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    let name = path.rsplit('/').next().unwrap().trim_end_matches(".rhai");
+    std::fs::write(
+        p,
+        format!("//! name: {name}\n//! priority: 10\n//! owner: test\n//! description: test\n{meta}{body}\n"),
+    )
+    .unwrap();
+}
+
+fn rules(dir: &Path) -> PathBuf {
+    let r = dir.join("rules");
+    rule(
+        &r,
+        "gateway/user-rate.rhai",
+        "//! routes: /api/rate\n",
+        r#"if !rate_limit("user:" + req.user, 5, 5) { deny("RATE_LIMITED", "too many") }"#,
+    );
+    rule(
+        &r,
+        "business/orders.rhai",
+        "//! routes: /api/orders\n",
+        r#"if count("orders:" + req.user, 60000) > 3 { deny("too many orders") }"#,
+    );
+    rule(
+        &r,
+        "business/device.rhai",
+        "//! routes: /api/signup\n",
+        r#"if distinct("dev:" + req.device_id, req.user, 60000) > 2 { deny("device farm") }"#,
+    );
+    rule(
+        &r,
+        "business/lottery.rhai",
+        "//! routes: /api/lottery\n",
+        r#"let c = claim("prize-" + req.param("event"), req.user, 100);
+if c == "duplicate" { deny("QUOTA_EXHAUSTED", "duplicate") }
+else if c == "exhausted" { deny("QUOTA_EXHAUSTED", "exhausted") }"#,
+    );
+    r
+}
+
+fn config(rules: &Path, state: &str) -> String {
+    format!(
+        "[[apps]]\nid = \"shop\"\nsecret = \"{SECRET}\"\nwindow_ms = {WINDOW_MS}\n\
+         [rules]\ndir = \"{}\"\nreload = false\n\
+         [state]\nbackend = \"redis\"\nclock_margin_ms = 0\n{state}",
+        rules.display()
+    )
+}
+
+fn call(path: &str, body: &str, user: &str, nonce: String) -> Call<'static> {
+    Call {
+        app: "shop",
+        secret: SECRET.as_bytes(),
+        path: Box::leak(path.to_string().into_boxed_str()),
+        body: body.to_string(),
+        user: Box::leak(user.to_string().into_boxed_str()),
+        ip: "198.51.100.20",
+        device: "dev-1",
+        nonce,
+        ts_ms: now_ms(),
+        params: Value::Null,
+    }
+}
+
+fn code(v: &Value) -> &str {
+    v["code"].as_str().unwrap_or("?")
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn fresh(tag: &str) -> String {
+    nonce(tag, SEQ.fetch_add(1, Ordering::Relaxed))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The suite, run against each backend
+
+fn replay_on_another_instance(fleet: &[Engine], tag: &str) {
+    for i in 0..20 {
+        let c = call("/api/x", &format!("{{\"i\":{i}}}"), "u-replay", fresh(tag));
+        let body = c.json();
+        let first = &fleet[i % fleet.len()];
+        let (s, v) = first.decide(&body);
+        assert_eq!((s, code(&v)), (200, "OK"), "{v}");
+        for (j, other) in fleet.iter().enumerate() {
+            let (s, v) = other.decide(&body);
+            assert_eq!(s, 200);
+            assert_eq!(code(&v), "REPLAY_DUPLICATE", "instance {j}: {v}");
+            assert_eq!(v["status"], 409);
+        }
+    }
+}
+
+fn exactly_one_of_concurrent_identical_requests_passes(fleet: &[Engine], tag: &str) {
+    let fleet_bases: Vec<String> = fleet.iter().map(|e| e.base.clone()).collect();
+    for round in 0..10 {
+        let body = call(
+            "/api/x",
+            &format!("{{\"round\":{round}}}"),
+            "u-race",
+            fresh(tag),
+        )
+        .json();
+        let passed = AtomicU64::new(0);
+        let replays = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for t in 0..12 {
+                let url = format!("{}/v1/decide", fleet_bases[t % fleet_bases.len()]);
+                let (body, passed, replays) = (&body, &passed, &replays);
+                s.spawn(move || {
+                    let (st, v) = support::post(&url, body);
+                    assert_eq!(st, 200);
+                    match code(&v) {
+                        "OK" => passed.fetch_add(1, Ordering::Relaxed),
+                        "REPLAY_DUPLICATE" => replays.fetch_add(1, Ordering::Relaxed),
+                        other => panic!("unexpected {other}: {v}"),
+                    };
+                });
+            }
+        });
+        assert_eq!(passed.load(Ordering::Relaxed), 1, "round {round}");
+        assert_eq!(replays.load(Ordering::Relaxed), 11);
+    }
+}
+
+/// A request accepted near either edge of the window is a replay on another instance for as long
+/// as its timestamp passes the window check there.
+fn no_gap_at_the_window_edges(fleet: &[Engine], tag: &str) {
+    let (a, b) = (&fleet[0], &fleet[fleet.len() - 1]);
+    // Late edge: a timestamp almost a window old.
+    let mut c = call("/api/x", "{\"edge\":\"late\"}", "u-edge", fresh(tag));
+    c.ts_ms = now_ms() - WINDOW_MS + 150;
+    let body = c.json();
+    assert_eq!(code(&a.decide(&body).1), "OK");
+    assert_eq!(code(&b.decide(&body).1), "REPLAY_DUPLICATE");
+    // Early edge: a timestamp almost a window ahead, replayed almost a window after it — 2W after
+    // the first sighting, across slice rotations.
+    let mut c = call("/api/x", "{\"edge\":\"early\"}", "u-edge", fresh(tag));
+    c.ts_ms = now_ms() + WINDOW_MS - 50;
+    let ts = c.ts_ms;
+    let body = c.json();
+    assert_eq!(code(&a.decide(&body).1), "OK");
+    while now_ms() < ts + WINDOW_MS - 150 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (_, v) = b.decide(&body);
+    assert!(
+        now_ms() - ts <= WINDOW_MS,
+        "the machine was too slow to probe the edge"
+    );
+    assert_eq!(code(&v), "REPLAY_DUPLICATE", "{v}");
+    while now_ms() <= ts + WINDOW_MS + 20 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Past the window it is a clock problem, never a parameter error.
+    assert_eq!(code(&b.decide(&body).1), "TIMESTAMP_SKEW");
+}
+
+fn claims_are_exact_over_instances(fleet: &[Engine], tag: &str) {
+    let event = fresh(tag);
+    let bases: Vec<String> = fleet.iter().map(|e| e.base.clone()).collect();
+    let wins: Mutex<HashMap<String, u32>> = Mutex::new(HashMap::new());
+    let next = AtomicU64::new(0);
+    let others = AtomicU64::new(0);
+    // 200 users, each trying twice (different submissions), 400 calls over 24 threads.
+    std::thread::scope(|s| {
+        for _ in 0..24 {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= 400 {
+                    break;
+                }
+                let user = format!("claimant-{}", i % 200);
+                let attempt = i / 200;
+                let mut c = call(
+                    "/api/lottery",
+                    &format!("{{\"event\":\"{event}\",\"attempt\":{attempt}}}"),
+                    &user,
+                    fresh(tag),
+                );
+                c.ip = "198.51.100.30";
+                // Different submissions (the attempt differs), so only the claim can refuse them.
+                c.params = serde_json::json!({ "event": event, "attempt": attempt });
+                let url = format!(
+                    "{}/v1/decide",
+                    bases[(i as usize + attempt as usize) % bases.len()]
+                );
+                let (st, v) = support::post(&url, &c.json());
+                assert_eq!(st, 200);
+                match code(&v) {
+                    "OK" => *wins.lock().unwrap().entry(user).or_default() += 1,
+                    "QUOTA_EXHAUSTED" => {
+                        others.fetch_add(1, Ordering::Relaxed);
+                    }
+                    other => panic!("unexpected {other}: {v}"),
+                }
+            });
+        }
+    });
+    let wins = wins.into_inner().unwrap();
+    let total: u32 = wins.values().sum();
+    assert_eq!(total, 100, "exactly the stock is handed out");
+    assert!(
+        wins.values().all(|n| *n == 1),
+        "nobody wins twice: {wins:?}"
+    );
+    assert_eq!(others.load(Ordering::Relaxed), 300);
+}
+
+fn limits_counters_and_distinct_counts_are_shared(fleet: &[Engine], tag: &str) {
+    let user = fresh("rate-user");
+    let (mut ok, mut limited) = (0, 0);
+    for i in 0..15 {
+        let c = call("/api/rate", &format!("{{\"i\":{i}}}"), &user, fresh(tag));
+        let (_, v) = fleet[i % fleet.len()].decide(&c.json());
+        match code(&v) {
+            "OK" => ok += 1,
+            "RATE_LIMITED" => {
+                limited += 1;
+                assert!(v["retry_after_ms"].as_u64().unwrap_or(0) > 0, "{v}");
+                assert_eq!(v["status"], 429);
+            }
+            other => panic!("unexpected {other}: {v}"),
+        }
+    }
+    assert!(
+        (5..=6).contains(&ok),
+        "burst of 5 shared by all instances: {ok} allowed"
+    );
+    assert_eq!(ok + limited, 15);
+
+    let user = fresh("count-user");
+    let codes: Vec<String> = (0..5)
+        .map(|i| {
+            let c = call("/api/orders", &format!("{{\"i\":{i}}}"), &user, fresh(tag));
+            code(&fleet[i % fleet.len()].decide(&c.json()).1).to_string()
+        })
+        .collect();
+    assert_eq!(codes, ["OK", "OK", "OK", "RULE_DENY", "RULE_DENY"]);
+
+    let device = fresh("device");
+    let codes: Vec<String> = (0..3)
+        .map(|i| {
+            let mut c = call(
+                "/api/signup",
+                "{}",
+                &format!("{device}-user-{i}"),
+                fresh(tag),
+            );
+            c.device = Box::leak(device.clone().into_boxed_str());
+            code(&fleet[i % fleet.len()].decide(&c.json()).1).to_string()
+        })
+        .collect();
+    assert_eq!(
+        codes,
+        ["OK", "OK", "RULE_DENY"],
+        "third account on one device"
+    );
+}
+
+fn fleet(dir: &Path, n: usize, name: &str, state: &str) -> Vec<Engine> {
+    let rules = rules(dir);
+    (0..n)
+        .map(|i| Engine::start(dir, &format!("{name}-{i}"), &config(&rules, state)))
+        .collect()
+}
+
+fn suite(fleet: &[Engine], tag: &str) {
+    replay_on_another_instance(fleet, tag);
+    exactly_one_of_concurrent_identical_requests_passes(fleet, tag);
+    no_gap_at_the_window_edges(fleet, tag);
+    claims_are_exact_over_instances(fleet, tag);
+    limits_counters_and_distinct_counts_are_shared(fleet, tag);
+}
+
+#[test]
+fn single_node_three_instances_act_as_one() {
+    let redis = RedisServer::start();
+    let dir = temp_dir("redis-single");
+    let url = redis.url();
+    let bloom = fleet(
+        &dir,
+        3,
+        "bloom",
+        &format!("redis_url = \"{url}\"\nnonce_mode = \"bloom\"\n"),
+    );
+    suite(&bloom, "sb");
+    // Scripts are reloaded after the server forgets them (restart, failover, SCRIPT FLUSH).
+    assert_eq!(redis.cli(&["SCRIPT", "FLUSH"]), "OK");
+    replay_on_another_instance(&bloom, "sb-flushed");
+    claims_are_exact_over_instances(&bloom, "sb-flushed");
+    drop(bloom);
+
+    let exact = fleet(
+        &dir,
+        2,
+        "exact",
+        &format!("redis_url = \"{url}\"\nnonce_mode = \"exact\"\nredis_prefix = \"rx\"\n"),
+    );
+    replay_on_another_instance(&exact, "se");
+    // Exact mode keeps one key per live nonce under its own prefix (each expires when its
+    // timestamp can no longer pass the window).
+    let keys = redis.cli(&["--scan", "--pattern", "rx:n:shop:*"]);
+    assert!(keys.lines().count() >= 10, "{keys}");
+    exactly_one_of_concurrent_identical_requests_passes(&exact, "se");
+    no_gap_at_the_window_edges(&exact, "se");
+}
+
+#[test]
+fn three_master_cluster_three_instances_act_as_one() {
+    let cluster = RedisCluster::start(3);
+    let dir = temp_dir("redis-cluster");
+    let nodes: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    let state = format!(
+        "redis_cluster_nodes = [{}]\nnonce_mode = \"bloom\"\n",
+        nodes.join(", ")
+    );
+    let bloom = fleet(&dir, 3, "cluster", &state);
+    suite(&bloom, "cb");
+    // The state is spread over every master: Bloom shards, claim segments and counters hash to
+    // different slots.
+    for n in &cluster.nodes {
+        let keys: u64 = n.cli(&["DBSIZE"]).parse().unwrap();
+        assert!(keys > 0, "master {} holds no keys", n.port);
+    }
+    drop(bloom);
+    let state = format!(
+        "redis_cluster_nodes = [{}]\nnonce_mode = \"exact\"\nredis_prefix = \"cx\"\n",
+        nodes.join(", ")
+    );
+    let exact = fleet(&dir, 2, "cluster-exact", &state);
+    replay_on_another_instance(&exact, "ce");
+    exactly_one_of_concurrent_identical_requests_passes(&exact, "ce");
+}
+
+/// Load from a few threads against an engine until `stop`; every answer's (HTTP status, code,
+/// degraded) with the time it came back.
+fn load(
+    base: String,
+    stop: Arc<AtomicBool>,
+    tag: &'static str,
+) -> std::thread::JoinHandle<Vec<(Instant, u16, String, bool)>> {
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            let c = call(
+                "/api/x",
+                &format!("{{\"n\":\"{}\"}}", fresh(tag)),
+                "u-load",
+                fresh(tag),
+            );
+            let (s, v) = support::post(&format!("{base}/v1/decide"), &c.json());
+            seen.push((
+                Instant::now(),
+                s,
+                code(&v).to_string(),
+                v["degraded"].as_bool().unwrap_or(false),
+            ));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        seen
+    })
+}
+
+#[test]
+fn redis_killed_mid_load_answers_by_the_declared_policy_and_recovers() {
+    let mut redis = RedisServer::start();
+    let dir = temp_dir("redis-kill");
+    let rules = rules(&dir);
+    let url = redis.url();
+    let mut strict = Engine::start(
+        &dir,
+        "strict",
+        &config(
+            &rules,
+            &format!("redis_url = \"{url}\"\non_store_error = \"deny\"\nredis_timeout_ms = 100\n"),
+        ),
+    );
+    let mut lenient = Engine::start(
+        &dir,
+        "lenient",
+        &config(
+            &rules,
+            &format!(
+                "redis_url = \"{url}\"\non_store_error = \"allow\"\nlocal_fallback = true\nredis_timeout_ms = 100\n"
+            ),
+        ),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let loads = [
+        load(strict.base.clone(), stop.clone(), "ks"),
+        load(lenient.base.clone(), stop.clone(), "kl"),
+    ];
+    std::thread::sleep(Duration::from_millis(500));
+    // Accepted by the lenient instance while Redis works: its local fallback knows this nonce.
+    let before = call("/api/x", "{\"before\":1}", "u-before", fresh("kb")).json();
+    assert_eq!(code(&lenient.decide(&before).1), "OK");
+    redis.kill();
+    let killed = Instant::now();
+    std::thread::sleep(Duration::from_millis(300));
+
+    // During the outage (and within the request's window): the lenient instance still catches
+    // its own replays.
+    let (_, v) = lenient.decide(&before);
+    assert_eq!(code(&v), "REPLAY_DUPLICATE", "{v}");
+    assert_eq!(v["degraded"], true);
+    std::thread::sleep(Duration::from_millis(1200));
+    let (_, v) = strict.decide(&call("/api/x", "{\"during\":1}", "u-d", fresh("kd")).json());
+    assert_eq!(code(&v), "STORE_UNAVAILABLE", "{v}");
+    assert_eq!(v["status"], 503);
+
+    redis.restart();
+    let restarted = Instant::now();
+    // Service resumes without restarting the engines.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, v) = strict.decide(&call("/api/x", "{\"after\":1}", "u-a", fresh("ka")).json());
+        if code(&v) == "OK" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no recovery: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let [s, l] = loads;
+    let (s, l) = (s.join().unwrap(), l.join().unwrap());
+    assert!(strict.alive() && lenient.alive(), "no crash");
+
+    for (_, http, c, _) in s.iter().chain(l.iter()) {
+        assert_eq!(*http, 200, "never a 5xx from the API itself ({c})");
+    }
+    // The strict instance: only OK or the fail-closed code; the outage shows as STORE_UNAVAILABLE.
+    assert!(s
+        .iter()
+        .all(|(_, _, c, _)| c == "OK" || c == "STORE_UNAVAILABLE"));
+    let during = |t: &Instant| *t > killed + Duration::from_millis(300) && *t < restarted;
+    assert!(s
+        .iter()
+        .filter(|(t, ..)| during(t))
+        .all(|(_, _, c, _)| c == "STORE_UNAVAILABLE"));
+    assert!(s.iter().filter(|(t, ..)| during(t)).count() > 10);
+    // The lenient instance: everything passes, marked degraded while Redis is away.
+    assert!(
+        l.iter().all(|(_, _, c, _)| c == "OK"),
+        "fresh requests pass"
+    );
+    assert!(l
+        .iter()
+        .filter(|(t, ..)| during(t))
+        .all(|(_, _, _, degraded)| *degraded));
+    let after = s.last().unwrap();
+    assert_eq!(after.2, "OK", "the strict instance serves again");
+    assert!(
+        !l.last().unwrap().3,
+        "the lenient instance is no longer degraded"
+    );
+
+    let m = strict.metrics();
+    assert!(
+        m.contains("rampart_redis_errors_total") || m.contains("rampart_redis_fast_failures_total"),
+        "{m}"
+    );
+    assert!(m.contains("rampart_redis_up 1"), "{m}");
+}

@@ -1,0 +1,363 @@
+//! Real services for the integration tests: `redis-server` processes on loopback ports (one node,
+//! or a 3-master cluster joined with `redis-cli --cluster create`) and `rampart serve` processes.
+//! Everything is started by the test that needs it and stopped when it is dropped. The test command
+//! (`scripts/test.sh`) installs `redis-server` when it is missing.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_rampart");
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rampart-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn need(tool: &str) {
+    let ok = Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "`{tool}` is not installed: these tests run against real Redis servers \
+         (scripts/test.sh installs the redis-server package)"
+    );
+}
+
+/// `redis-cli -p PORT args…`, its stdout.
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// One `redis-server` on a loopback port, persistence off.
+pub struct RedisServer {
+    pub port: u16,
+    dir: PathBuf,
+    cluster: bool,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        Self::start_on(free_port(), false)
+    }
+
+    fn start_on(port: u16, cluster: bool) -> RedisServer {
+        need("redis-server");
+        let dir = temp_dir(&format!("redis-{port}"));
+        let mut s = RedisServer {
+            port,
+            dir,
+            cluster,
+            child: None,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new("redis-server");
+        cmd.args([
+            "--port",
+            &self.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+            "--dir",
+            self.dir.to_str().unwrap(),
+        ]);
+        if self.cluster {
+            cmd.args([
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "2000",
+            ]);
+        }
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while redis_cli(self.port, &["PING"]) != "PONG" {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL: the server is gone at once, as in a crash.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// A fresh server on the same port (empty: persistence is off).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn cli(&self, args: &[&str]) -> String {
+        redis_cli(self.port, args)
+    }
+
+    /// `INFO memory`'s `used_memory`.
+    pub fn used_memory(&self) -> u64 {
+        self.cli(&["INFO", "memory"])
+            .lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("used_memory")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster of `n` masters (no replicas) on loopback ports.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(n: usize) -> RedisCluster {
+        need("redis-cli");
+        let nodes: Vec<RedisServer> = (0..n)
+            .map(|_| RedisServer::start_on(free_port(), true))
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for s in &nodes {
+            while !s.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+                assert!(Instant::now() < deadline, "cluster did not become ok");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        RedisCluster { nodes }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|s| s.url()).collect()
+    }
+}
+
+/// A `rampart serve` process.
+pub struct Engine {
+    child: Child,
+    pub base: String,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into()
+}
+
+impl Engine {
+    /// Starts an engine with `config` (TOML without `[server]`, which is added here) and waits
+    /// until it is ready.
+    pub fn start(dir: &Path, name: &str, config: &str) -> Engine {
+        let port = free_port();
+        let cfg = dir.join(format!("{name}.toml"));
+        let log = dir.join(format!("{name}-log"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "[server]\nlisten = \"127.0.0.1:{port}\"\ninstance = \"{name}\"\n\
+                 [decision_log]\ndir = \"{}\"\n{config}",
+                log.display()
+            ),
+        )
+        .unwrap();
+        let stderr = std::fs::File::create(dir.join(format!("{name}.stderr"))).unwrap();
+        let child = Command::new(BIN)
+            .args(["serve", "--config", cfg.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        let e = Engine {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let a = agent();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = a.get(&format!("{}/readyz", e.base)).call() {
+                if r.status() == 200 {
+                    return e;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "engine {name} did not become ready: {}",
+                std::fs::read_to_string(dir.join(format!("{name}.stderr"))).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// POST /v1/decide; the HTTP status and the answer.
+    pub fn decide(&self, body: &Value) -> (u16, Value) {
+        post(&format!("{}/v1/decide", self.base), body)
+    }
+
+    pub fn metrics(&self) -> String {
+        let mut r = agent()
+            .get(&format!("{}/metrics", self.base))
+            .call()
+            .unwrap();
+        r.body_mut().read_to_string().unwrap()
+    }
+}
+
+pub fn post(url: &str, body: &Value) -> (u16, Value) {
+    let mut r = agent()
+        .post(url)
+        .header("content-type", "application/json")
+        .send(body.to_string())
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.body_mut().read_to_string().unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}")),
+    )
+}
+
+/// A signed decide request.
+pub struct Call<'a> {
+    pub app: &'a str,
+    pub secret: &'a [u8],
+    pub path: &'a str,
+    pub body: String,
+    pub user: &'a str,
+    pub ip: &'a str,
+    pub device: &'a str,
+    pub nonce: String,
+    pub ts_ms: i64,
+    /// The decide request's `params` (what rules read with `req.param`).
+    pub params: Value,
+}
+
+impl Call<'_> {
+    pub fn json(&self) -> Value {
+        let h = rampart_core::sign::sign(
+            self.secret,
+            &rampart_core::sign::ToSign {
+                app: self.app,
+                method: "POST",
+                path: self.path,
+                query: "",
+                body: self.body.as_bytes(),
+                timestamp_ms: self.ts_ms,
+                nonce: &self.nonce,
+            },
+        );
+        serde_json::json!({
+            "app": self.app,
+            "request": {
+                "method": "POST",
+                "path": self.path,
+                "headers": {
+                    "x-timestamp": h.timestamp,
+                    "x-nonce": h.nonce,
+                    "x-signature": h.signature,
+                    "user-agent": "Mozilla/5.0 (X11; Linux x86_64) integration-test",
+                },
+                "body": self.body,
+            },
+            "client": { "ip": self.ip, "device_id": self.device },
+            "user_id": self.user,
+            "params": self.params,
+        })
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A nonce unique to this test run.
+pub fn nonce(tag: &str, i: u64) -> String {
+    format!(
+        "{tag}-{}-{i:08}-{}",
+        std::process::id(),
+        now_ms() % 1_000_000
+    )
+}
