@@ -6,14 +6,16 @@
 //!
 //! The decision path and the Rhai helpers are synchronous (the core does no I/O), so each store
 //! call is a blocking call from the decision's thread. It is served by one [`Redis`] per process:
-//! a small Tokio runtime of its own (`redis-io` threads) owns redis-rs *multiplexed* connections —
-//! a [`ConnectionManager`] for a single node (it reconnects by itself), a cluster connection for
-//! Redis Cluster (it follows `MOVED`/`ASK` and refreshes the slot map by itself). A call hands its
-//! command to that runtime and parks until the answer (or the per-call timeout). Because every
-//! worker's calls share the multiplexed connections, concurrent decisions are pipelined onto one
-//! socket per node instead of costing one connection each; calls that belong to one decision and
-//! do not depend on each other (the four reputation reads, the reputation writes after a refusal)
-//! are issued together, and writes nobody waits for are not waited for.
+//! a small Tokio runtime of its own (`redis-io` threads) drives redis-rs *multiplexed* connections
+//! — a [`ConnectionManager`] for a single node (it reconnects by itself), a cluster connection for
+//! Redis Cluster (it follows `MOVED`/`ASK` and refreshes the slot map by itself). A call polls its
+//! request future on the calling thread (inside that runtime's context, so timers and reconnects
+//! land there): the future hands the packed command to the connection's pipeline task and the
+//! thread parks until the answer or the per-call timeout — no task spawned, one wake-up. Because
+//! every worker's calls share the multiplexed connections, concurrent decisions are pipelined onto
+//! one socket per node instead of costing one connection each; calls that belong to one decision
+//! and do not depend on each other (the four reputation reads) are issued together, and writes
+//! nobody waits for (reputation learning after a refusal) are not waited for.
 //!
 //! Multi-key scripts keep their keys in one cluster slot with a hash tag; every check-and-set is
 //! one Lua script (`EVALSHA`, reloaded by redis-rs on `NOSCRIPT`), so it is atomic on its node.
@@ -132,17 +134,96 @@ pub struct RedisCounters {
     pub fast_failures: Counter,
 }
 
+/// Consecutive failures and the cool-down they trigger (shared with detached writes).
+#[derive(Default)]
+struct Health {
+    failures: AtomicU32,
+    open_until_ms: AtomicI64,
+    counters: RedisCounters,
+}
+
+impl Health {
+    fn record<T>(&self, r: &Result<T, redis::RedisError>) {
+        match r {
+            Ok(_) => {
+                if self.failures.load(Ordering::Relaxed) != 0 {
+                    self.failures.store(0, Ordering::Relaxed);
+                }
+            }
+            Err(e) => {
+                self.counters.errors.inc();
+                if is_connection_error(e) {
+                    self.trip();
+                }
+            }
+        }
+    }
+
+    fn trip(&self) {
+        if self.failures.fetch_add(1, Ordering::Relaxed) + 1 >= TRIP_AFTER {
+            self.open_until_ms
+                .store(wall_ms() + COOL_DOWN_MS, Ordering::Relaxed);
+            self.failures.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn timed_out(&self) {
+        self.counters.timeouts.inc();
+        self.trip();
+    }
+}
+
 /// The process's Redis client: its own I/O runtime, its connections, its health.
 pub struct Redis {
-    io: tokio::runtime::Runtime,
+    /// `Option` only so that `Drop` can shut it down from any context.
+    io: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
     conns: Arc<ArcSwapOption<Vec<Conn>>>,
     next: AtomicUsize,
     timeout: Duration,
     prefix: String,
     cluster: bool,
-    failures: AtomicU32,
-    open_until_ms: AtomicI64,
-    pub counters: RedisCounters,
+    health: Arc<Health>,
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if let Some(io) = self.io.take() {
+            // Allowed anywhere, unlike dropping a runtime (e.g. from a worker thread).
+            io.shutdown_background();
+        }
+    }
+}
+
+/// Wakes a parked thread.
+struct ThreadWaker(std::thread::Thread);
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+thread_local! {
+    static WAKER: std::task::Waker =
+        Arc::new(ThreadWaker(std::thread::current())).into();
+}
+
+/// Polls `fut` to completion on this thread, parking between polls.
+fn block_on<F: Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    WAKER.with(|w| {
+        let mut cx = std::task::Context::from_waker(w);
+        loop {
+            if let std::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+                return v;
+            }
+            std::thread::park();
+        }
+    })
 }
 
 fn wall_ms() -> i64 {
@@ -178,16 +259,19 @@ impl Redis {
             .build()
             .map_err(|e| format!("cannot start the Redis I/O runtime: {e}"))?;
         let conns: Arc<ArcSwapOption<Vec<Conn>>> = Arc::new(ArcSwapOption::empty());
+        let handle = io.handle().clone();
         let redis = Arc::new(Redis {
-            io,
+            io: Some(io),
+            handle,
             conns: conns.clone(),
             next: AtomicUsize::new(0),
             timeout: s.timeout,
             prefix: s.prefix.clone(),
             cluster: !s.cluster_nodes.is_empty(),
-            failures: AtomicU32::new(0),
-            open_until_ms: AtomicI64::new(0),
-            counters,
+            health: Arc::new(Health {
+                counters,
+                ..Default::default()
+            }),
         });
         let connect = connector(s)?;
         let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
@@ -197,7 +281,7 @@ impl Redis {
             s.cluster_nodes.join(",")
         };
         let n = s.connections.max(1);
-        redis.io.spawn(async move {
+        redis.handle.spawn(async move {
             let mut delay = Duration::from_millis(100);
             loop {
                 let mut made = Vec::with_capacity(n);
@@ -245,12 +329,12 @@ impl Redis {
 
     /// Whether calls are currently failing fast (cool-down after connection failures).
     pub fn cooling_down(&self) -> bool {
-        wall_ms() < self.open_until_ms.load(Ordering::Relaxed)
+        wall_ms() < self.health.open_until_ms.load(Ordering::Relaxed)
     }
 
     fn conn(&self) -> Result<RedisConn, StoreError> {
         if self.cooling_down() {
-            self.counters.fast_failures.inc();
+            self.health.counters.fast_failures.inc();
             return Err(unavailable("unreachable (cooling down after failed calls)"));
         }
         let guard = self.conns.load();
@@ -261,81 +345,46 @@ impl Redis {
         Ok(RedisConn(conns[i].clone()))
     }
 
-    fn record<T>(&self, r: &Result<T, redis::RedisError>) {
-        match r {
-            Ok(_) => {
-                if self.failures.load(Ordering::Relaxed) != 0 {
-                    self.failures.store(0, Ordering::Relaxed);
-                }
-            }
-            Err(e) => {
-                self.counters.errors.inc();
-                if is_connection_error(e) {
-                    self.trip();
-                }
-            }
-        }
-    }
-
-    fn trip(&self) {
-        if self.failures.fetch_add(1, Ordering::Relaxed) + 1 >= TRIP_AFTER {
-            self.open_until_ms
-                .store(wall_ms() + COOL_DOWN_MS, Ordering::Relaxed);
-            self.failures.store(0, Ordering::Relaxed);
-        }
-    }
-
-    /// Runs `f` on the I/O runtime and waits for its answer, at most the call timeout.
+    /// Runs `f`'s request on this thread and waits for its answer, at most the call timeout.
     pub fn call<T, F, Fut>(&self, f: F) -> Result<T, StoreError>
     where
         F: FnOnce(RedisConn) -> Fut,
-        Fut: Future<Output = RedisResult<T>> + Send + 'static,
-        T: Send + 'static,
+        Fut: Future<Output = RedisResult<T>>,
     {
         let conn = self.conn()?;
-        self.counters.calls.inc();
-        let fut = f(conn);
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let timeout = self.timeout;
-        self.io.spawn(async move {
-            let r = tokio::time::timeout(timeout, fut).await;
-            let _ = tx.send(r);
-        });
-        // The task itself times out; the margin only covers a stalled I/O thread.
-        match rx.recv_timeout(timeout + Duration::from_millis(100)) {
-            Ok(Ok(r)) => {
-                self.record(&r);
+        self.health.counters.calls.inc();
+        // Timers, reconnects and spawned sub-requests belong to the Redis runtime.
+        let _ctx = self.handle.enter();
+        match block_on(tokio::time::timeout(self.timeout, f(conn))) {
+            Ok(r) => {
+                self.health.record(&r);
                 r.map_err(unavailable)
             }
-            Ok(Err(_)) | Err(_) => {
-                self.counters.timeouts.inc();
-                self.trip();
+            Err(_) => {
+                self.health.timed_out();
                 Err(unavailable(format!(
                     "no answer within {} ms",
-                    timeout.as_millis()
+                    self.timeout.as_millis()
                 )))
             }
         }
     }
 
     /// Runs `f` on the I/O runtime without waiting (best-effort writes nobody waits for).
-    pub fn send<F, Fut>(self: &Arc<Self>, f: F)
+    pub fn send<F, Fut>(&self, f: F)
     where
         F: FnOnce(RedisConn) -> Fut,
         Fut: Future<Output = RedisResult<()>> + Send + 'static,
     {
         let Ok(conn) = self.conn() else { return };
-        self.counters.calls.inc();
+        self.health.counters.calls.inc();
         let fut = f(conn);
-        let me = Arc::clone(self);
+        let health = self.health.clone();
         let timeout = self.timeout;
-        self.io.spawn(async move {
+        self.handle.spawn(async move {
             match tokio::time::timeout(timeout, fut).await {
-                Ok(r) => me.record(&r),
-                Err(_) => {
-                    me.counters.timeouts.inc();
-                    me.trip();
-                }
+                Ok(r) => health.record(&r),
+                Err(_) => health.timed_out(),
             }
         });
     }

@@ -26,7 +26,7 @@ use rampart_core::limits::{Gcra, LimiterStore};
 use rampart_core::nonce::{NonceStats, NonceStore, NonceVerdict, StoreError};
 use rampart_core::quota::{Claim, QuotaStore};
 use redis::AsyncCommands;
-use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64};
+use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64, xxh3_64_with_seed};
 
 use super::scripts;
 use super::Redis;
@@ -112,23 +112,27 @@ impl BloomLayout {
         self.live_slices() * self.shards * self.bytes_per_shard()
     }
 
-    /// The shard and the k bit offsets of a nonce (enhanced double hashing over a 128-bit hash).
+    /// The shard and the k bit offsets of a nonce: k independent hashes (xxh3 with k seeds),
+    /// each reduced to the shard's size by multiply-shift. (Double hashing modulo a shard of a few
+    /// thousand bits repeats positions often enough to miss a 1e-6 target.)
     fn probes(&self, app: &str, nonce: &str) -> (u64, Vec<u64>) {
         let mut buf = Vec::with_capacity(app.len() + 1 + nonce.len());
         buf.extend_from_slice(app.as_bytes());
         buf.push(0);
         buf.extend_from_slice(nonce.as_bytes());
-        let h = xxh3_128_with_seed(&buf, self.seed);
-        let (lo, hi) = (h as u64, (h >> 64) as u64);
-        let shard = ((hi >> 32) * self.shards) >> 32;
-        let m = self.bits_per_shard;
-        let (mut x, mut y) = (lo, hi | 1);
-        let mut offs = Vec::with_capacity(self.k as usize);
-        for i in 0..self.k as u64 {
-            offs.push(x % m);
-            x = x.wrapping_add(y);
-            y = y.wrapping_add(i);
-        }
+        let h = xxh3_64_with_seed(&buf, self.seed);
+        let shard = ((h as u128 * self.shards as u128) >> 64) as u64;
+        let m = self.bits_per_shard as u128;
+        let offs = (1..=self.k as u64)
+            .map(|i| {
+                let hi = xxh3_64_with_seed(
+                    &buf,
+                    self.seed
+                        .wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                );
+                ((hi as u128 * m) >> 64) as u64
+            })
+            .collect();
         (shard, offs)
     }
 }
