@@ -42,7 +42,7 @@ fn engine() -> &'static Engine {
                 apps: vec![AppPolicy::new("demo", b"demo-secret", 5_000)],
                 routes: vec![],
                 default_dedup: DedupPolicy::default(),
-                on_store_error: FailPolicy::Deny,
+                on_store_error: rampart_core::StorePolicies::all(FailPolicy::Deny),
                 challenge_status: 401,
             },
             Arc::new(BloomNonceStore::new(
