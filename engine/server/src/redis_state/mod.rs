@@ -62,18 +62,19 @@ pub struct RedisSettings {
     pub connections: usize,
 }
 
-/// A multiplexed connection to one node or to a cluster.
+/// A multiplexed connection to one node or to a cluster, handed to each call (cheap to clone:
+/// both are shared handles).
 #[derive(Clone)]
-enum Conn {
+pub enum RedisConn {
     Single(ConnectionManager),
     Cluster(redis::cluster_async::ClusterConnection),
 }
 
-impl ConnectionLike for Conn {
+impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
+            RedisConn::Single(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -84,40 +85,38 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
+            RedisConn::Single(c) => c.get_db(),
+            RedisConn::Cluster(c) => c.get_db(),
         }
     }
 }
 
-/// A connection handed to a call (cheap to clone: the connections are shared handles).
-#[derive(Clone)]
-pub struct RedisConn(Conn);
-
-impl ConnectionLike for RedisConn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        self.0.req_packed_command(cmd)
+/// Runs `requests` concurrently (on one node they leave in one pipelined write; on a cluster they
+/// go to their nodes in parallel) and collects their answers in order.
+pub async fn join_all<T, Fut>(requests: impl IntoIterator<Item = Fut>) -> RedisResult<Vec<T>>
+where
+    Fut: Future<Output = RedisResult<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let tasks: Vec<_> = requests.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await.map_err(|e| {
+            redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "request task failed",
+                e.to_string(),
+            ))
+        })??);
     }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        self.0.req_packed_commands(pipeline, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.0.get_db()
-    }
+    Ok(out)
 }
 
 /// Consecutive connection failures after which calls fail fast for [`COOL_DOWN_MS`].
@@ -178,7 +177,7 @@ pub struct Redis {
     /// `Option` only so that `Drop` can shut it down from any context.
     io: Option<tokio::runtime::Runtime>,
     handle: tokio::runtime::Handle,
-    conns: Arc<ArcSwapOption<Vec<Conn>>>,
+    conns: Arc<ArcSwapOption<Vec<RedisConn>>>,
     next: AtomicUsize,
     timeout: Duration,
     prefix: String,
@@ -258,7 +257,7 @@ impl Redis {
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start the Redis I/O runtime: {e}"))?;
-        let conns: Arc<ArcSwapOption<Vec<Conn>>> = Arc::new(ArcSwapOption::empty());
+        let conns: Arc<ArcSwapOption<Vec<RedisConn>>> = Arc::new(ArcSwapOption::empty());
         let handle = io.handle().clone();
         let redis = Arc::new(Redis {
             io: Some(io),
@@ -342,7 +341,7 @@ impl Redis {
             .as_ref()
             .ok_or_else(|| unavailable("not connected yet"))?;
         let i = self.next.fetch_add(1, Ordering::Relaxed) % conns.len();
-        Ok(RedisConn(conns[i].clone()))
+        Ok(conns[i].clone())
     }
 
     /// Runs `f`'s request on this thread and waits for its answer, at most the call timeout.
@@ -396,7 +395,7 @@ impl Redis {
     }
 }
 
-type ConnectFuture = std::pin::Pin<Box<dyn Future<Output = RedisResult<Conn>> + Send>>;
+type ConnectFuture = std::pin::Pin<Box<dyn Future<Output = RedisResult<RedisConn>> + Send>>;
 
 /// A function that opens one multiplexed connection (single node or cluster).
 fn connector(s: &RedisSettings) -> Result<impl Fn() -> ConnectFuture + Send + 'static, String> {
@@ -430,9 +429,11 @@ fn connector(s: &RedisSettings) -> Result<impl Fn() -> ConnectFuture + Send + 's
                 Target::Single(client, cfg) => {
                     ConnectionManager::new_with_config(client.clone(), cfg.clone())
                         .await
-                        .map(Conn::Single)
+                        .map(RedisConn::Single)
                 }
-                Target::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+                Target::Cluster(client) => {
+                    client.get_async_connection().await.map(RedisConn::Cluster)
+                }
             }
         })
     })

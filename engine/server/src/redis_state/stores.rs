@@ -28,8 +28,7 @@ use rampart_core::quota::{Claim, QuotaStore};
 use redis::AsyncCommands;
 use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64, xxh3_64_with_seed};
 
-use super::scripts;
-use super::Redis;
+use super::{join_all, scripts, Redis};
 
 const MAX_KEY: usize = 200;
 
@@ -43,6 +42,21 @@ fn key_part(k: &str) -> Cow<'_, str> {
 
 fn invalid(msg: &str) -> StoreError {
     StoreError::Invalid(msg.into())
+}
+
+/// `SET key 1 NX PX ttl`: true when the key was absent (and is now set).
+fn set_nx_px(redis: &Redis, key: String, ttl_ms: i64) -> Result<bool, StoreError> {
+    let set: Option<String> = redis.call(move |mut c| async move {
+        redis::cmd("SET")
+            .arg(key)
+            .arg(1)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .query_async(&mut c)
+            .await
+    })?;
+    Ok(set.is_some())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -196,17 +210,7 @@ impl NonceStore for RedisNonces {
                     return Ok(NonceVerdict::OutOfRange);
                 }
                 let key = format!("{p}:n:{app}:{nonce}");
-                let set: Option<String> = self.redis.call(move |mut c| async move {
-                    redis::cmd("SET")
-                        .arg(key)
-                        .arg(1)
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(ttl)
-                        .query_async(&mut c)
-                        .await
-                })?;
-                Ok(if set.is_some() {
+                Ok(if set_nx_px(&self.redis, key, ttl)? {
                     NonceVerdict::Fresh
                 } else {
                     NonceVerdict::Replay
@@ -311,18 +315,7 @@ impl RedisFingerprints {
 impl FingerprintStore for RedisFingerprints {
     fn insert_if_absent(&self, fp: u128, window_ms: i64, _now_ms: i64) -> Result<bool, StoreError> {
         let key = format!("{}:f:{fp:032x}", self.redis.prefix());
-        let ttl = window_ms.max(1);
-        let set: Option<String> = self.redis.call(move |mut c| async move {
-            redis::cmd("SET")
-                .arg(key)
-                .arg(1)
-                .arg("NX")
-                .arg("PX")
-                .arg(ttl)
-                .query_async(&mut c)
-                .await
-        })?;
-        Ok(set.is_some())
+        set_nx_px(&self.redis, key, window_ms.max(1))
     }
 
     fn maintain(&self, _now_ms: i64) {}
@@ -427,23 +420,11 @@ impl LimiterStore for RedisLimiter {
             return Err(invalid("counter windows must be positive"));
         }
         let keys: Vec<String> = keys.iter().map(|k| self.window_key(k)).collect();
-        // Issued together: one round trip on a single node, parallel on a cluster.
-        self.redis.call(move |c| async move {
-            let calls: Vec<_> = keys
-                .into_iter()
-                .map(|k| tokio::spawn(window(c.clone(), k, now_ms, window_ms, 0)))
-                .collect();
-            let mut out = Vec::with_capacity(calls.len());
-            for h in calls {
-                out.push(h.await.map_err(|e| {
-                    redis::RedisError::from((
-                        redis::ErrorKind::Client,
-                        "task failed",
-                        e.to_string(),
-                    ))
-                })??);
-            }
-            Ok(out)
+        self.redis.call(move |c| {
+            join_all(
+                keys.into_iter()
+                    .map(move |k| window(c.clone(), k, now_ms, window_ms, 0)),
+            )
         })
     }
 
@@ -665,29 +646,13 @@ impl QuotaStore for RedisQuotas {
             return Err(invalid("claimed needs a pool"));
         }
         let keys: Vec<String> = (0..self.segments).map(|s| self.keys(pool, s).1).collect();
-        self.redis.call(move |c| async move {
-            let calls: Vec<_> = keys
-                .into_iter()
-                .map(|k| {
-                    let mut c = c.clone();
-                    tokio::spawn(async move { c.get::<_, Option<u64>>(k).await })
-                })
-                .collect();
-            let mut total = 0;
-            for h in calls {
-                total += h
-                    .await
-                    .map_err(|e| {
-                        redis::RedisError::from((
-                            redis::ErrorKind::Client,
-                            "task failed",
-                            e.to_string(),
-                        ))
-                    })??
-                    .unwrap_or(0);
-            }
-            Ok(total)
-        })
+        let counts: Vec<Option<u64>> = self.redis.call(move |c| {
+            join_all(keys.into_iter().map(move |k| {
+                let mut c = c.clone();
+                async move { c.get::<_, Option<u64>>(k).await }
+            }))
+        })?;
+        Ok(counts.into_iter().flatten().sum())
     }
 
     fn maintain(&self, now_ms: i64) {
