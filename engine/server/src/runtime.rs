@@ -200,6 +200,14 @@ impl Runtime {
                 cfg.retention_ms,
                 st.clock_margin_ms,
             ));
+            match rn.claim_layout() {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!(
+                    "redis unreachable at start: the compact nonce filter's layout was not checked \
+                     against the other instances'"
+                ),
+                Err(e) => return Err(StartError::Redis(e)),
+            }
             rule_state.limiter = Arc::new(RedisLimiter::new(redis.clone()));
             rule_state.distinct = Arc::new(RedisDistinct::new(redis.clone()));
             rule_state.quotas = Arc::new(RedisQuotas::new(

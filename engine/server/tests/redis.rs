@@ -318,6 +318,18 @@ fn single_node_three_instances_act_as_one() {
     replay_on_another_instance(&bloom, "sb-flushed");
     claims_are_exact_over_instances(&bloom, "sb-flushed");
     drop(bloom);
+    // An instance whose filter layout differs would probe other bits and miss the fleet's
+    // nonces: it refuses to start under the same prefix.
+    let (code, err) = Engine::refused(
+        &dir,
+        "other-layout",
+        &config(
+            &rules(&dir),
+            &format!("redis_url = \"{url}\"\nnonce_mode = \"bloom\"\nexpected_rps = 5000\n"),
+        ),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("another layout"), "{err}");
 
     let exact = fleet(
         &dir,

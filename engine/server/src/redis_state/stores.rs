@@ -102,6 +102,20 @@ impl BloomLayout {
         }
     }
 
+    /// What every instance must agree on to probe the same bits of the same keys.
+    pub fn descriptor(&self) -> String {
+        format!(
+            "v1 slice_ms={} max_window_ms={} retention_ms={} shards={} bits={} k={} seed={:016x}",
+            self.slice_ms,
+            self.max_window_ms,
+            self.retention_ms,
+            self.shards,
+            self.bits_per_shard,
+            self.k,
+            self.seed
+        )
+    }
+
     pub fn bytes_per_shard(&self) -> u64 {
         self.bits_per_shard / 8
     }
@@ -184,6 +198,42 @@ impl RedisNonces {
         match &self.mode {
             NonceMode::Bloom(l) => Some(l),
             NonceMode::Exact => None,
+        }
+    }
+
+    /// Records this instance's filter layout in Redis, or checks it against the one recorded by
+    /// the first instance. Instances with different layouts would probe different bits and miss
+    /// each other's nonces — a silent replay gap — so a mismatch is an error (the caller refuses
+    /// to start). `Ok(false)` when Redis could not be asked (the check is then skipped).
+    pub fn claim_layout(&self) -> Result<bool, String> {
+        let Some(l) = self.layout() else {
+            return Ok(true);
+        };
+        let key = format!("{}:nb:layout", self.redis.prefix());
+        let mine = l.descriptor();
+        let set = mine.clone();
+        let recorded = self.redis.call(move |mut c| async move {
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(set)
+                .arg("NX")
+                .query_async::<Option<String>>(&mut c)
+                .await?;
+            redis::cmd("GET")
+                .arg(&key)
+                .query_async::<Option<String>>(&mut c)
+                .await
+        });
+        match recorded {
+            Ok(Some(theirs)) if theirs != mine => Err(format!(
+                "the compact nonce filter under this redis_prefix was created by instances with \
+                 another layout ({theirs}); this instance's is ({mine}). Every instance sharing a \
+                 prefix must use the same [state] expected_rps, target_fp, nonce_retention_ms, \
+                 nonce_slice_ms, bloom_shards and app windows; to roll out a new layout, use a new \
+                 redis_prefix"
+            )),
+            Ok(_) => Ok(true),
+            Err(_) => Ok(false),
         }
     }
 }

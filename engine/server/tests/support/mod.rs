@@ -264,6 +264,29 @@ impl Engine {
         }
     }
 
+    /// Runs `rampart serve` with `config` and expects it to refuse to start: its exit code and
+    /// stderr.
+    pub fn refused(dir: &Path, name: &str, config: &str) -> (i32, String) {
+        let port = free_port();
+        let cfg = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "[server]\nlisten = \"127.0.0.1:{port}\"\n[decision_log]\ndir = \"{}\"\n{config}",
+                dir.join(format!("{name}-log")).display()
+            ),
+        )
+        .unwrap();
+        let out = Command::new(BIN)
+            .args(["serve", "--config", cfg.to_str().unwrap()])
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
