@@ -378,6 +378,7 @@ impl Engine {
         let mut session = RuleSession::default();
         let mut v = self.decide_steps(&ctx, &set, rule_req.as_ref(), &mut session, &body_hash);
         v.shadow = std::mem::take(&mut session.shadow);
+        v.score = session.score;
         v.ruleset_version = set.version().to_string();
         if let Some(state) = set.state() {
             // Best effort: reputation is advisory, a full store must not change this decision.
@@ -490,11 +491,16 @@ impl Engine {
             .check_and_insert(&app.id, nonce, ts, app.window_ms, now_ms);
         if let Some(fb) = &self.fallback {
             match &seen {
-                // Write-through, so the local filter knows this instance's nonces when it is needed.
+                // Write-through, so the local filter knows this instance's nonces when it is
+                // needed. And it is asked: a nonce this instance accepted while the shared store
+                // was away (or before the shared store restarted empty) is still a replay.
                 Ok(NonceVerdict::Fresh) => {
-                    let _ = fb
-                        .nonces
-                        .check_and_insert(&app.id, nonce, ts, app.window_ms, now_ms);
+                    if let Ok(NonceVerdict::Replay) =
+                        fb.nonces
+                            .check_and_insert(&app.id, nonce, ts, app.window_ms, now_ms)
+                    {
+                        seen = Ok(NonceVerdict::Replay);
+                    }
                 }
                 Err(e)
                     if e.is_store_failure() && self.on_store_error.nonce == FailPolicy::Allow =>
@@ -557,9 +563,12 @@ impl Engine {
                 if let Some(fb) = &self.fallback {
                     match &first {
                         Ok(true) => {
-                            let _ = fb
-                                .fingerprints
-                                .insert_if_absent(fp, dedup.window_ms, now_ms);
+                            if let Ok(false) =
+                                fb.fingerprints
+                                    .insert_if_absent(fp, dedup.window_ms, now_ms)
+                            {
+                                first = Ok(false);
+                            }
                         }
                         Err(e)
                             if e.is_store_failure()

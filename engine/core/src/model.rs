@@ -307,6 +307,9 @@ pub struct Verdict {
     pub degraded: bool,
     #[serde(skip)]
     pub step: Step,
+    /// The risk score the rules added up (recorded in the decision log).
+    #[serde(skip)]
+    pub score: i64,
     /// Version of the rule set the decision was made with.
     #[serde(skip)]
     pub ruleset_version: String,
@@ -329,6 +332,7 @@ impl Verdict {
             shadow: Vec::new(),
             degraded: false,
             step: Step::Final,
+            score: 0,
             ruleset_version: String::new(),
             server_time_ms: None,
             skew_ms: None,
@@ -348,6 +352,7 @@ impl Verdict {
             shadow: Vec::new(),
             degraded: false,
             step,
+            score: 0,
             ruleset_version: String::new(),
             server_time_ms: None,
             skew_ms: None,

@@ -245,6 +245,22 @@ fn local_fallback_catches_this_instances_replays_while_the_shared_store_is_away(
 }
 
 #[test]
+fn a_nonce_accepted_during_the_outage_stays_a_replay_after_the_shared_store_returns() {
+    let w = world(StorePolicies::all(FailPolicy::Allow), true, &[]);
+    w.down.store(true, Ordering::Relaxed);
+    let v = decide(&w, "outage-nonce-0000001", "{\"o\":1}");
+    assert_eq!((v.code, v.degraded), (Code::Ok, true));
+    // The shared store is back (and never saw that nonce): the local record still answers.
+    w.down.store(false, Ordering::Relaxed);
+    let v = decide(&w, "outage-nonce-0000001", "{\"o\":1}");
+    assert_eq!(v.code, Code::ReplayDuplicate, "{v:?}");
+    assert!(!v.degraded);
+    // The same submission under a fresh nonce: the local fingerprint remembers it too.
+    let v = decide(&w, "outage-nonce-0000002", "{\"o\":1}");
+    assert_eq!(v.code, Code::DuplicateSubmission, "{v:?}");
+}
+
+#[test]
 fn fingerprint_policy_is_separate_from_the_nonce_policy() {
     let mut p = StorePolicies::all(FailPolicy::Allow);
     p.fingerprint = FailPolicy::Deny;

@@ -200,21 +200,24 @@ impl Runtime {
                 cfg.retention_ms,
                 st.clock_margin_ms,
             ));
-            match rn.claim_layout() {
-                Ok(true) => {}
-                Ok(false) => tracing::warn!(
-                    "redis unreachable at start: the compact nonce filter's layout was not checked \
-                     against the other instances'"
-                ),
-                Err(e) => return Err(StartError::Redis(e)),
-            }
             rule_state.limiter = Arc::new(RedisLimiter::new(redis.clone()));
             rule_state.distinct = Arc::new(RedisDistinct::new(redis.clone()));
-            rule_state.quotas = Arc::new(RedisQuotas::new(
+            let quotas = Arc::new(RedisQuotas::new(
                 redis.clone(),
                 st.quota_segments(),
                 rampart_core::rules::QUOTA_POOL_TTL_MS,
             ));
+            // Instances that disagree on these would miss each other's nonces or oversell.
+            for check in [rn.check_layout_at_start(), quotas.check_layout_at_start()] {
+                match check {
+                    Ok(true) => {}
+                    Ok(false) => tracing::warn!(
+                        "redis unreachable at start: the shared layouts are checked on first use"
+                    ),
+                    Err(e) => return Err(StartError::Redis(e)),
+                }
+            }
+            rule_state.quotas = quotas;
             (
                 rn.clone() as Arc<dyn NonceStore>,
                 Arc::new(RedisFingerprints::new(redis.clone())) as Arc<dyn FingerprintStore>,

@@ -161,7 +161,7 @@ impl Health {
     fn trip(&self) {
         if self.failures.fetch_add(1, Ordering::Relaxed) + 1 >= TRIP_AFTER {
             self.open_until_ms
-                .store(wall_ms() + COOL_DOWN_MS, Ordering::Relaxed);
+                .store(mono_ms() + COOL_DOWN_MS, Ordering::Relaxed);
             self.failures.store(0, Ordering::Relaxed);
         }
     }
@@ -225,8 +225,13 @@ fn block_on<F: Future>(fut: F) -> F::Output {
     })
 }
 
-fn wall_ms() -> i64 {
-    crate::clock::now_ms()
+/// Milliseconds on a monotonic clock (a wall-clock step must not stretch a cool-down).
+pub(crate) fn mono_ms() -> i64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as i64
 }
 
 fn unavailable(msg: impl std::fmt::Display) -> StoreError {
@@ -328,7 +333,7 @@ impl Redis {
 
     /// Whether calls are currently failing fast (cool-down after connection failures).
     pub fn cooling_down(&self) -> bool {
-        wall_ms() < self.health.open_until_ms.load(Ordering::Relaxed)
+        mono_ms() < self.health.open_until_ms.load(Ordering::Relaxed)
     }
 
     fn conn(&self) -> Result<RedisConn, StoreError> {
@@ -352,9 +357,15 @@ impl Redis {
     {
         let conn = self.conn()?;
         self.health.counters.calls.inc();
-        // Timers, reconnects and spawned sub-requests belong to the Redis runtime.
+        // Timers, reconnects and spawned sub-requests belong to the Redis runtime. Unconstrained:
+        // on an actix worker the poll would otherwise draw on that task's cooperative budget, and
+        // once it is spent tokio defers the wake-up to actix's scheduler — which is this very
+        // thread, parked below — so the call (and its timeout) would never complete.
         let _ctx = self.handle.enter();
-        match block_on(tokio::time::timeout(self.timeout, f(conn))) {
+        match block_on(tokio::task::unconstrained(tokio::time::timeout(
+            self.timeout,
+            f(conn),
+        ))) {
             Ok(r) => {
                 self.health.record(&r);
                 r.map_err(unavailable)

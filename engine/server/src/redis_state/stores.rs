@@ -15,7 +15,6 @@
 //! who controls part of a key cannot make Redis store megabytes per request.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -57,6 +56,79 @@ fn set_nx_px(redis: &Redis, key: String, ttl_ms: i64) -> Result<bool, StoreError
             .await
     })?;
     Ok(set.is_some())
+}
+
+/// A layout every instance sharing a prefix must agree on (the Bloom filter's sizing, the claim
+/// segments): the first instance records it with `SET NX`; a store whose layout differs refuses
+/// to work (its calls fail, answered by the store's policy) instead of silently missing the
+/// fleet's state. Checked at start and, if Redis was unreachable then, on the first call after.
+pub struct LayoutGuard {
+    key: String,
+    mine: String,
+    what: &'static str,
+    verified: std::sync::atomic::AtomicBool,
+    mismatch: std::sync::OnceLock<String>,
+}
+
+impl LayoutGuard {
+    pub fn new(key: String, mine: String, what: &'static str) -> Self {
+        LayoutGuard {
+            key,
+            mine,
+            what,
+            verified: std::sync::atomic::AtomicBool::new(false),
+            mismatch: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// `Ok(())` once verified; the mismatch (a permanent error) or a Redis failure otherwise.
+    pub fn check(&self, redis: &Redis) -> Result<(), StoreError> {
+        if self.verified.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if let Some(m) = self.mismatch.get() {
+            return Err(StoreError::Unavailable(m.clone()));
+        }
+        let (key, mine) = (self.key.clone(), self.mine.clone());
+        let theirs: Option<String> = redis.call(move |mut c| async move {
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(mine)
+                .arg("NX")
+                .query_async::<Option<String>>(&mut c)
+                .await?;
+            redis::cmd("GET").arg(&key).query_async(&mut c).await
+        })?;
+        match theirs {
+            Some(t) if t != self.mine => {
+                let msg = format!(
+                    "the {} under this redis_prefix was created by instances with another layout \
+                     ({t}); this instance's is ({}). Every instance sharing a prefix must use the \
+                     same settings; to roll out a new layout, use a new redis_prefix",
+                    self.what, self.mine
+                );
+                tracing::error!("{msg}");
+                let _ = self.mismatch.set(msg.clone());
+                Err(StoreError::Unavailable(msg))
+            }
+            _ => {
+                self.verified.store(true, Ordering::Release);
+                Ok(())
+            }
+        }
+    }
+
+    /// At start: `Ok(true)` verified, `Ok(false)` Redis unreachable (checked later), `Err` on a
+    /// mismatch (the caller refuses to start).
+    pub fn check_at_start(&self, redis: &Redis) -> Result<bool, String> {
+        match self.check(redis) {
+            Ok(()) => Ok(true),
+            Err(_) if self.mismatch.get().is_some() => {
+                Err(self.mismatch.get().cloned().unwrap_or_default())
+            }
+            Err(_) => Ok(false),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -175,6 +247,8 @@ pub enum NonceMode {
 pub struct RedisNonces {
     redis: Arc<Redis>,
     mode: NonceMode,
+    /// The compact filter's layout (bloom mode only).
+    guard: Option<LayoutGuard>,
     retention_ms: i64,
     /// Added to every expiry: engine instances' clocks differ by up to this much.
     margin_ms: i64,
@@ -184,9 +258,18 @@ pub struct RedisNonces {
 
 impl RedisNonces {
     pub fn new(redis: Arc<Redis>, mode: NonceMode, retention_ms: i64, margin_ms: i64) -> Self {
+        let guard = match &mode {
+            NonceMode::Bloom(l) => Some(LayoutGuard::new(
+                format!("{}:nb:layout", redis.prefix()),
+                l.descriptor(),
+                "compact nonce filter",
+            )),
+            NonceMode::Exact => None,
+        };
         RedisNonces {
             redis,
             mode,
+            guard,
             retention_ms,
             margin_ms,
             stats_probe: AtomicU64::new(0),
@@ -201,39 +284,11 @@ impl RedisNonces {
         }
     }
 
-    /// Records this instance's filter layout in Redis, or checks it against the one recorded by
-    /// the first instance. Instances with different layouts would probe different bits and miss
-    /// each other's nonces — a silent replay gap — so a mismatch is an error (the caller refuses
-    /// to start). `Ok(false)` when Redis could not be asked (the check is then skipped).
-    pub fn claim_layout(&self) -> Result<bool, String> {
-        let Some(l) = self.layout() else {
-            return Ok(true);
-        };
-        let key = format!("{}:nb:layout", self.redis.prefix());
-        let mine = l.descriptor();
-        let set = mine.clone();
-        let recorded = self.redis.call(move |mut c| async move {
-            redis::cmd("SET")
-                .arg(&key)
-                .arg(set)
-                .arg("NX")
-                .query_async::<Option<String>>(&mut c)
-                .await?;
-            redis::cmd("GET")
-                .arg(&key)
-                .query_async::<Option<String>>(&mut c)
-                .await
-        });
-        match recorded {
-            Ok(Some(theirs)) if theirs != mine => Err(format!(
-                "the compact nonce filter under this redis_prefix was created by instances with \
-                 another layout ({theirs}); this instance's is ({mine}). Every instance sharing a \
-                 prefix must use the same [state] expected_rps, target_fp, nonce_retention_ms, \
-                 nonce_slice_ms, bloom_shards and app windows; to roll out a new layout, use a new \
-                 redis_prefix"
-            )),
-            Ok(_) => Ok(true),
-            Err(_) => Ok(false),
+    /// See [`LayoutGuard::check_at_start`].
+    pub fn check_layout_at_start(&self) -> Result<bool, String> {
+        match &self.guard {
+            Some(g) => g.check_at_start(&self.redis),
+            None => Ok(true),
         }
     }
 }
@@ -267,6 +322,9 @@ impl NonceStore for RedisNonces {
                 })
             }
             NonceMode::Bloom(l) => {
+                if let Some(g) = &self.guard {
+                    g.check(&self.redis)?;
+                }
                 let slice = ts_ms.div_euclid(l.slice_ms);
                 let ttl = l.expiry_of(slice) - now_ms + self.margin_ms;
                 if ttl <= 0 {
@@ -554,8 +612,6 @@ impl DistinctStore for RedisDistinct {
 
 /// Virtual nodes per segment on the consistent-hash ring.
 const VNODES: u64 = 64;
-/// How long "this segment was exhausted at this stock" is believed without asking again.
-const EXHAUSTED_TTL_MS: i64 = 1_000;
 
 /// Claims in Redis. A pool's stock is split into `segments` (each with its own holders set and
 /// counter, in its own slot, so one hot prize spreads over the cluster's nodes). A user's home
@@ -575,7 +631,7 @@ pub struct RedisQuotas {
     segments: u64,
     ring: Vec<(u64, u64)>,
     ttl_ms: i64,
-    exhausted: Mutex<HashMap<(String, u64), (u64, i64)>>,
+    guard: LayoutGuard,
 }
 
 impl RedisQuotas {
@@ -592,13 +648,23 @@ impl RedisQuotas {
             })
             .collect();
         ring.sort_unstable();
+        let guard = LayoutGuard::new(
+            format!("{}:q:layout", redis.prefix()),
+            format!("v1 segments={segments} vnodes={VNODES}"),
+            "claim store",
+        );
         RedisQuotas {
             redis,
             segments,
             ring,
             ttl_ms,
-            exhausted: Mutex::new(HashMap::new()),
+            guard,
         }
+    }
+
+    /// See [`LayoutGuard::check_at_start`].
+    pub fn check_layout_at_start(&self) -> Result<bool, String> {
+        self.guard.check_at_start(&self.redis)
     }
 
     /// The segments a user visits, in order: home first, then the ring's next distinct ones.
@@ -630,28 +696,14 @@ impl RedisQuotas {
         (format!("{base}:h"), format!("{base}:n"))
     }
 
-    fn known_exhausted(&self, pool: &str, seg: u64, stock: u64, now: i64) -> bool {
-        let m = self.exhausted.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(&(pool.to_string(), seg))
-            .is_some_and(|(s, until)| *s == stock && now < *until)
-    }
-
-    fn remember_exhausted(&self, pool: &str, seg: u64, stock: u64, now: i64) {
-        let mut m = self.exhausted.lock().unwrap_or_else(|e| e.into_inner());
-        if m.len() > 100_000 {
-            m.clear();
-        }
-        m.insert((pool.to_string(), seg), (stock, now + EXHAUSTED_TTL_MS));
-    }
-
     fn run(&self, pool: &str, user: &str, stock: u64, peek: bool) -> Result<Claim, StoreError> {
         if pool.is_empty() || user.is_empty() {
             return Err(invalid("claim needs a pool and a user"));
         }
-        let now = super::wall_ms();
+        self.guard.check(&self.redis)?;
         for seg in self.walk(user) {
             let share = self.share(stock, seg);
-            if share == 0 || self.known_exhausted(pool, seg, stock, now) {
+            if share == 0 {
                 continue;
             }
             let (holders, granted) = self.keys(pool, seg);
@@ -675,7 +727,9 @@ impl RedisQuotas {
                     })
                 }
                 1 => return Ok(Claim::Duplicate),
-                _ => self.remember_exhausted(pool, seg, stock, now),
+                // Exhausted: walk on. (Never skip a segment without asking it: the user may hold
+                // a claim there, and only its script knows.)
+                _ => {}
             }
         }
         Ok(Claim::Exhausted)
@@ -705,13 +759,7 @@ impl QuotaStore for RedisQuotas {
         Ok(counts.into_iter().flatten().sum())
     }
 
-    fn maintain(&self, now_ms: i64) {
-        let now = now_ms.max(super::wall_ms());
-        self.exhausted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, (_, until)| *until > now);
-    }
+    fn maintain(&self, _now_ms: i64) {}
 
     fn len(&self) -> usize {
         0
