@@ -15,17 +15,25 @@ cargo --version
 rustc --version
 
 step "services"
-# Integration tests start their own redis-server processes (one node, and a 3-master cluster joined
-# with redis-cli --cluster create) on loopback ports and stop them; they need the binaries.
+# Integration tests start their own servers on loopback ports and stop them: redis-server (one node,
+# and a 3-master cluster joined with redis-cli --cluster create) and clickhouse-server. They need
+# the binaries.
+sudo_cmd=""
+if [ "$(id -u)" != "0" ]; then sudo_cmd="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
   echo "installing redis-server (Debian package)"
-  sudo_cmd=""
-  if [ "$(id -u)" != "0" ]; then sudo_cmd="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
   $sudo_cmd apt-get install -y --no-install-recommends redis-server >/dev/null \
     || { $sudo_cmd apt-get update >/dev/null && $sudo_cmd apt-get install -y --no-install-recommends redis-server >/dev/null; }
 fi
 redis-server --version
+# The decision-log tests start their own clickhouse-server (run as the package's `clickhouse` user).
+if ! command -v clickhouse-server >/dev/null 2>&1 && [ ! -x /usr/sbin/clickhouse-server ]; then
+  echo "installing clickhouse-server (Debian package)"
+  $sudo_cmd apt-get install -y --no-install-recommends clickhouse-server clickhouse-client >/dev/null \
+    || { $sudo_cmd apt-get update >/dev/null && $sudo_cmd apt-get install -y --no-install-recommends clickhouse-server clickhouse-client >/dev/null; }
+fi
+echo "clickhouse-server: $(dpkg-query -W -f='${Version}' clickhouse-server 2>/dev/null || echo present)"
 
 step "format"
 cargo fmt --all -- --check

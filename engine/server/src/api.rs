@@ -180,6 +180,7 @@ fn judge(rt: &Runtime, req: &DecideRequest, started: Instant) -> Result<Decision
         latency_us,
         degraded: verdict.degraded,
         instance: rt.instance.clone(),
+        score: verdict.score,
     });
     Ok(DecisionOut {
         decision_id,

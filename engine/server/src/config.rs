@@ -290,6 +290,25 @@ pub struct RouteConfig {
 pub struct DecisionLogConfig {
     /// ClickHouse HTTP URL. Absent = the embedded local log.
     pub clickhouse_url: Option<String>,
+    pub clickhouse_database: String,
+    pub clickhouse_user: String,
+    pub clickhouse_password: Option<String>,
+    /// Environment variable holding the password (instead of `clickhouse_password`).
+    pub clickhouse_password_env: Option<String>,
+    /// Apply the schema migrations at start (and before the first insert if ClickHouse was down).
+    pub migrate: bool,
+    /// A batch is sent when it holds this many rows…
+    pub batch_rows: usize,
+    /// …or is this old.
+    pub batch_ms: u64,
+    /// Bound on one insert.
+    pub insert_timeout_ms: u64,
+    /// Pause after a failed insert before the spool is tried again.
+    pub retry_ms: u64,
+    /// Where batches wait while ClickHouse is away. Default: `<dir>/spool`.
+    pub spool_dir: Option<PathBuf>,
+    pub spool_max_bytes: u64,
+    pub on_spool_full: crate::chlog::SpoolFull,
     pub dir: PathBuf,
     pub max_file_bytes: u64,
     pub max_files: usize,
@@ -301,6 +320,18 @@ impl Default for DecisionLogConfig {
     fn default() -> Self {
         DecisionLogConfig {
             clickhouse_url: None,
+            clickhouse_database: "default".into(),
+            clickhouse_user: String::new(),
+            clickhouse_password: None,
+            clickhouse_password_env: None,
+            migrate: true,
+            batch_rows: 50_000,
+            batch_ms: 250,
+            insert_timeout_ms: 10_000,
+            retry_ms: 1_000,
+            spool_dir: None,
+            spool_max_bytes: 4 * 1024 * 1024 * 1024,
+            on_spool_full: crate::chlog::SpoolFull::DropNewest,
             dir: PathBuf::from("rampart-data/decisions"),
             max_file_bytes: 64 * 1024 * 1024,
             max_files: 16,
@@ -562,8 +593,9 @@ impl Config {
             {
                 errs.push("state.redis_prefix must be non-empty, without braces or spaces".into());
             }
-            if !(1..=60_000).contains(&st.redis_timeout_ms) {
-                errs.push("state.redis_timeout_ms must be between 1 and 60000".into());
+            // A call blocks its worker for up to this long.
+            if !(1..=5_000).contains(&st.redis_timeout_ms) {
+                errs.push("state.redis_timeout_ms must be between 1 and 5000".into());
             }
             if !(1..=600_000).contains(&st.redis_connect_timeout_ms) {
                 errs.push("state.redis_connect_timeout_ms must be between 1 and 600000".into());
@@ -669,12 +701,55 @@ impl Config {
         }
 
         let dl = &self.decision_log;
-        if dl.clickhouse_url.is_some() {
-            errs.push(
-                "decision_log.clickhouse_url: the ClickHouse sink is not available in this build \
-                 yet; remove the key to use the embedded local log"
-                    .into(),
-            );
+        if let Some(url) = &dl.clickhouse_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                errs.push(format!(
+                    "decision_log.clickhouse_url {url:?} must be the HTTP interface's URL (http://host:8123)"
+                ));
+            }
+            if url.starts_with("https://") {
+                errs.push("decision_log.clickhouse_url: https is not built in; use http on a trusted network".into());
+            }
+            if dl.clickhouse_database.is_empty()
+                || !dl
+                    .clickhouse_database
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_')
+            {
+                errs.push(
+                    "decision_log.clickhouse_database must be a plain identifier ([A-Za-z0-9_])"
+                        .into(),
+                );
+            }
+            if dl.clickhouse_password.is_some() && dl.clickhouse_password_env.is_some() {
+                errs.push(
+                    "decision_log: set clickhouse_password or clickhouse_password_env, not both"
+                        .into(),
+                );
+            }
+            if let Some(var) = &dl.clickhouse_password_env {
+                if std::env::var(var).map(|v| v.is_empty()).unwrap_or(true) {
+                    errs.push(format!(
+                        "decision_log.clickhouse_password_env: {var} is not set"
+                    ));
+                }
+            }
+            if !(1..=1_000_000).contains(&dl.batch_rows) {
+                errs.push("decision_log.batch_rows must be between 1 and 1000000".into());
+            }
+            if !(1..=60_000).contains(&dl.batch_ms)
+                || !(1..=600_000).contains(&dl.insert_timeout_ms)
+            {
+                errs.push(
+                    "decision_log.batch_ms must be 1–60000 and insert_timeout_ms 1–600000".into(),
+                );
+            }
+            if !(1..=600_000).contains(&dl.retry_ms) {
+                errs.push("decision_log.retry_ms must be between 1 and 600000".into());
+            }
+            if dl.spool_max_bytes < 1024 * 1024 {
+                errs.push("decision_log.spool_max_bytes must be at least 1 MiB".into());
+            }
         }
         if dl.max_file_bytes < 4096 {
             errs.push("decision_log.max_file_bytes must be at least 4096".into());

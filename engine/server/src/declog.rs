@@ -1,5 +1,7 @@
-//! The embedded decision log: append-only JSON-lines files rotated by size, written by one
-//! background thread fed through a bounded queue, plus an in-memory ring of recent decisions.
+//! The decision log: one background thread fed through a bounded queue writes every decision
+//! either to ClickHouse (`[decision_log] clickhouse_url`, see [`crate::chlog`]) or to the embedded
+//! local log — append-only JSON-lines files rotated by size — and keeps an in-memory ring of
+//! recent decisions.
 //!
 //! The decision path only does a non-blocking `try_send`: a full queue drops the row and counts it
 //! (`rampart_decision_log_rows_dropped_total`) rather than slowing decisions. On shutdown the queue
@@ -49,6 +51,7 @@ pub struct DecisionRecord {
     pub latency_us: u64,
     pub degraded: bool,
     pub instance: Arc<str>,
+    pub score: i64,
 }
 
 enum Msg {
@@ -68,6 +71,25 @@ pub struct DecisionLog {
 impl DecisionLog {
     pub fn start(cfg: &DecisionLogConfig, metrics: Arc<Metrics>) -> std::io::Result<Self> {
         std::fs::create_dir_all(&cfg.dir)?;
+        let ch = match &cfg.clickhouse_url {
+            None => None,
+            Some(_) => {
+                let settings = ch_settings(cfg);
+                if cfg.migrate {
+                    match crate::chlog::migrate(&settings) {
+                        Ok(applied) if !applied.is_empty() => {
+                            tracing::info!(?applied, "clickhouse schema migrated")
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(
+                            error = %e,
+                            "clickhouse unreachable at start: decisions are spooled until it answers"
+                        ),
+                    }
+                }
+                Some(crate::chlog::ChSink::open(settings, metrics.clone())?)
+            }
+        };
         let (tx, rx) = sync_channel(cfg.queue_size);
         let ring = Arc::new(Mutex::new(VecDeque::with_capacity(cfg.ring_size)));
         let mut w = Writer {
@@ -80,9 +102,12 @@ impl DecisionLog {
             file: None,
             file_bytes: 0,
             seq: 0,
+            ch,
         };
         // Fail at start (not later) when the directory is not writable.
-        w.open_next()?;
+        if w.ch.is_none() {
+            w.open_next()?;
+        }
         let writer = std::thread::Builder::new()
             .name("decision-log".into())
             .spawn(move || w.run(rx))?;
@@ -129,9 +154,12 @@ impl DecisionLog {
     }
 
     pub fn queue_depth(&self) -> u64 {
+        let m = &self.metrics;
+        // Rows written from the spool were counted as spooled first.
+        let done = m.log_written.get().saturating_sub(m.log_unspooled.get()) + m.log_spooled.get();
         self.submitted
             .load(Ordering::Relaxed)
-            .saturating_sub(self.metrics.log_written.get())
+            .saturating_sub(done)
             .saturating_sub(self.metrics.log_dropped.get())
             .saturating_sub(self.metrics.log_write_errors.get())
     }
@@ -147,6 +175,36 @@ struct Writer {
     file: Option<BufWriter<File>>,
     file_bytes: u64,
     seq: u64,
+    /// The ClickHouse sink, instead of the local files.
+    ch: Option<crate::chlog::ChSink>,
+}
+
+/// The ClickHouse sink's settings from `[decision_log]`.
+pub fn ch_settings(cfg: &DecisionLogConfig) -> crate::chlog::ChSettings {
+    crate::chlog::ChSettings {
+        url: cfg.clickhouse_url.clone().unwrap_or_default(),
+        database: cfg.clickhouse_database.clone(),
+        user: cfg.clickhouse_user.clone(),
+        password: cfg
+            .clickhouse_password
+            .clone()
+            .or_else(|| {
+                cfg.clickhouse_password_env
+                    .as_ref()
+                    .and_then(|v| std::env::var(v).ok())
+            })
+            .unwrap_or_default(),
+        batch_rows: cfg.batch_rows,
+        batch_ms: cfg.batch_ms,
+        timeout: Duration::from_millis(cfg.insert_timeout_ms),
+        retry_ms: cfg.retry_ms,
+        spool_dir: cfg
+            .spool_dir
+            .clone()
+            .unwrap_or_else(|| cfg.dir.join("spool")),
+        spool_max_bytes: cfg.spool_max_bytes,
+        on_spool_full: cfg.on_spool_full,
+    }
 }
 
 impl Writer {
@@ -163,7 +221,12 @@ impl Writer {
             };
             match first {
                 Ok(m) => take(m, &mut batch, &mut stop),
-                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some(ch) = self.ch.as_mut() {
+                        ch.tick();
+                    }
+                    continue;
+                }
                 Err(RecvTimeoutError::Disconnected) => stop = true,
             }
             // Drain what is already queued (bounded batch), without waiting.
@@ -180,6 +243,15 @@ impl Writer {
                 }
             }
             self.write_batch(&mut batch);
+            if let Some(ch) = self.ch.as_mut() {
+                if stop {
+                    ch.close();
+                } else if !acks.is_empty() {
+                    ch.flush();
+                } else {
+                    ch.tick();
+                }
+            }
             for a in acks {
                 let _ = a.send(());
             }
@@ -194,6 +266,11 @@ impl Writer {
 
     fn write_batch(&mut self, batch: &mut Vec<DecisionRecord>) {
         if batch.is_empty() {
+            return;
+        }
+        if let Some(ch) = self.ch.as_mut() {
+            ch.push(batch.iter().map(crate::chlog::ChRow::from_record));
+            self.remember(batch);
             return;
         }
         let mut line = Vec::with_capacity(512);
@@ -224,6 +301,11 @@ impl Writer {
                 self.metrics.log_write_errors.inc();
             }
         }
+        self.remember(batch);
+    }
+
+    /// Moves the batch into the ring of recent decisions.
+    fn remember(&mut self, batch: &mut Vec<DecisionRecord>) {
         let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         for rec in batch.drain(..) {
             if ring.len() >= self.ring_size {

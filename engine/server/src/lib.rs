@@ -2,6 +2,7 @@
 //! The decision path itself lives in `rampart-core`.
 
 pub mod api;
+pub mod chlog;
 pub mod cli;
 pub mod clock;
 pub mod config;

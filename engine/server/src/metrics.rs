@@ -30,6 +30,14 @@ pub struct Metrics {
     pub log_dropped: Counter,
     pub log_queue_depth: Gauge,
     pub log_write_errors: Counter,
+    /// ClickHouse sink: rows put into / replayed from the spool, rows the full spool dropped,
+    /// failed inserts, what the spool holds.
+    pub log_spooled: Counter,
+    pub log_unspooled: Counter,
+    pub log_spool_dropped: Counter,
+    pub log_retries: Counter,
+    pub log_spool_bytes: Gauge,
+    pub log_spool_rows: Gauge,
     filter_fill: Gauge<f64, AtomicU64>,
     filter_fp: Gauge<f64, AtomicU64>,
     filter_entries: Gauge<f64, AtomicU64>,
@@ -165,7 +173,7 @@ impl Metrics {
         let log_write_errors = Counter::default();
         registry.register(
             "decision_log_rows_written",
-            "Decision log rows written",
+            "Decision log rows written (to the local files, or inserted into ClickHouse)",
             log_written.clone(),
         );
         registry.register(
@@ -182,6 +190,43 @@ impl Metrics {
             "decision_log_write_errors",
             "Failed writes to the local decision log",
             log_write_errors.clone(),
+        );
+
+        let log_spooled = Counter::default();
+        let log_unspooled = Counter::default();
+        let log_spool_dropped = Counter::default();
+        let log_retries = Counter::default();
+        let log_spool_bytes = Gauge::default();
+        let log_spool_rows = Gauge::default();
+        registry.register(
+            "decision_log_spooled_rows",
+            "Rows written to the on-disk spool while ClickHouse was slow or down",
+            log_spooled.clone(),
+        );
+        registry.register(
+            "decision_log_unspooled_rows",
+            "Spooled rows replayed into ClickHouse",
+            log_unspooled.clone(),
+        );
+        registry.register(
+            "decision_log_spool_dropped_rows",
+            "Rows lost because the spool was full (on_spool_full) or a segment was damaged",
+            log_spool_dropped.clone(),
+        );
+        registry.register(
+            "decision_log_insert_retries",
+            "Failed ClickHouse inserts (each one delays the next try by retry_ms)",
+            log_retries.clone(),
+        );
+        registry.register(
+            "decision_log_spool_bytes",
+            "Bytes held in the decision log spool",
+            log_spool_bytes.clone(),
+        );
+        registry.register(
+            "decision_log_spool_rows",
+            "Rows held in the decision log spool",
+            log_spool_rows.clone(),
         );
 
         let nonce = registry.sub_registry_with_label(("mode".into(), nonce_mode.into()));
@@ -277,6 +322,12 @@ impl Metrics {
             log_dropped,
             log_queue_depth,
             log_write_errors,
+            log_spooled,
+            log_unspooled,
+            log_spool_dropped,
+            log_retries,
+            log_spool_bytes,
+            log_spool_rows,
             filter_fill,
             filter_fp,
             filter_entries,

@@ -199,6 +199,140 @@ impl RedisCluster {
     }
 }
 
+/// A `clickhouse-server` on loopback ports, run as the `clickhouse` user (as the Debian package
+/// expects) with its data in a fresh directory.
+pub struct ClickHouseServer {
+    pub http_port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl ClickHouseServer {
+    pub fn start() -> ClickHouseServer {
+        assert!(
+            Path::new("/usr/sbin/clickhouse-server").exists()
+                || Command::new("clickhouse-server")
+                    .arg("--help")
+                    .output()
+                    .is_ok(),
+            "clickhouse-server is not installed (scripts/test.sh installs the Debian package)"
+        );
+        let dir = temp_dir(&format!("clickhouse-{}", free_port()));
+        let _ = Command::new("chown")
+            .args(["-R", "clickhouse:clickhouse", dir.to_str().unwrap()])
+            .status();
+        let mut s = ClickHouseServer {
+            http_port: free_port(),
+            dir,
+            child: None,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let d = self.dir.display().to_string();
+        let tcp = free_port();
+        let inter = free_port();
+        let child = Command::new("runuser")
+            .args(["-u", "clickhouse", "--", "clickhouse-server"])
+            .arg("--config-file=/etc/clickhouse-server/config.xml")
+            .arg("--")
+            .arg(format!("--http_port={}", self.http_port))
+            .arg(format!("--tcp_port={tcp}"))
+            .arg(format!("--interserver_http_port={inter}"))
+            .arg(format!("--path={d}/"))
+            .arg(format!("--tmp_path={d}/tmp/"))
+            .arg(format!("--user_files_path={d}/user_files/"))
+            .arg(format!("--format_schema_path={d}/format_schemas/"))
+            .arg(format!("--logger.log={d}/server.log"))
+            .arg(format!("--logger.errorlog={d}/server.err.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start clickhouse-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self
+            .query("SELECT 1")
+            .map(|r| r.trim().to_string())
+            .ok()
+            .as_deref()
+            != Some("1")
+        {
+            assert!(Instant::now() < deadline, "clickhouse-server did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http_port)
+    }
+
+    /// Runs a query over HTTP; its body.
+    pub fn query(&self, sql: &str) -> Result<String, String> {
+        let mut r = agent()
+            .post(&self.url())
+            .send(sql)
+            .map_err(|e| e.to_string())?;
+        let body = r.body_mut().read_to_string().map_err(|e| e.to_string())?;
+        if r.status() == 200 {
+            Ok(body)
+        } else {
+            Err(body)
+        }
+    }
+
+    pub fn count(&self, sql: &str) -> u64 {
+        self.query(sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// Stops the server (SIGKILL, as in a crash) and waits until it is gone.
+    pub fn stop(&mut self) {
+        assert!(self.kill(), "clickhouse-server did not stop");
+    }
+
+    fn kill(&mut self) -> bool {
+        if let Some(mut c) = self.child.take() {
+            // runuser forwards the signal to the server.
+            let _ = Command::new("pkill")
+                .args([
+                    "-KILL",
+                    "-f",
+                    "--",
+                    &format!("--http_port={} ", self.http_port),
+                ])
+                .status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.query("SELECT 1").is_ok() {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        true
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+}
+
+impl Drop for ClickHouseServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A `rampart serve` process.
 pub struct Engine {
     child: Child,
@@ -285,6 +419,21 @@ impl Engine {
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
+    }
+
+    /// SIGTERM, then waits for the process to exit (the decision log drains first).
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "engine did not stop");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Whether the process is still running.
