@@ -1,7 +1,8 @@
 -- Per-minute rollup for dashboards and /admin/v1/stats: counts and latency sums by app, route,
--- tier, rule, action, code, country, ISP, device type, rule set version and arm. Fed by the
--- inserts into rampart_decisions (a replayed duplicate batch is counted twice here until it is
--- merged away in the base table; the explorer and exact counts read the base table).
+-- tier, rule, action, code, country, ISP, device type, rule set version and arm. Fed by every
+-- insert into rampart_decisions: a batch replayed after an ambiguous insert failure (rare) stays
+-- counted twice here even after the base table merges the duplicate away, so the explorer and
+-- exact counts read the base table.
 CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.rampart_decisions_minute
 ENGINE = SummingMergeTree()
 PARTITION BY toYYYYMM(minute)

@@ -380,6 +380,61 @@ async fn recent(
     Ok(HttpResponse::Ok().json(serde_json::json!({ "decisions": rt.log.recent(limit) })))
 }
 
+/// `GET /admin/v1/decisions`: the decision explorer's query (ClickHouse or the local log).
+async fn decisions_query(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    query_endpoint(rt, req, false).await
+}
+
+/// `GET /admin/v1/stats`: time series, a breakdown and latency percentiles.
+async fn stats_query(rt: web::Data<Runtime>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    query_endpoint(rt, req, true).await
+}
+
+async fn query_endpoint(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    stats: bool,
+) -> Result<HttpResponse, ApiError> {
+    loopback_only(&req)?;
+    let f = web::Query::<crate::query::Filter>::from_query(req.query_string())
+        .map_err(|e| ApiError::new(400, "INVALID_QUERY", e.to_string()))?
+        .into_inner();
+    let now = now_ms();
+    let dl = &rt.config.raw.decision_log;
+    let answer = match &dl.clickhouse_url {
+        Some(_) => {
+            let s = crate::declog::ch_settings(dl);
+            if stats {
+                crate::query::stats_ch(&s, &f, now).await
+            } else {
+                crate::query::decisions_ch(&s, &f, now).await
+            }
+        }
+        None => {
+            let dir = dl.dir.clone();
+            web::block(move || {
+                if stats {
+                    crate::query::stats_local(&dir, &f, now)
+                } else {
+                    crate::query::decisions_local(&dir, &f, now)
+                }
+            })
+            .await
+            .map_err(|e| ApiError::new(503, "LOG_UNAVAILABLE", e.to_string()))?
+        }
+    };
+    match answer {
+        Ok(v) => Ok(HttpResponse::Ok().json(v)),
+        Err(crate::query::QueryError::Invalid(m)) => Err(ApiError::new(400, "INVALID_QUERY", m)),
+        Err(e @ crate::query::QueryError::Unavailable(_)) => {
+            Err(ApiError::new(503, "LOG_UNAVAILABLE", e.to_string()))
+        }
+    }
+}
+
 /// Largest rule set upload accepted.
 const MAX_RULESET_BYTES: usize = 8 * 1024 * 1024;
 
@@ -492,6 +547,11 @@ pub fn configure(rt: Arc<Runtime>) -> impl FnOnce(&mut web::ServiceConfig) {
                 "/admin/v1/decisions/recent",
                 web::get().to(recent),
             ))
+            .service(get_only(
+                "/admin/v1/decisions",
+                web::get().to(decisions_query),
+            ))
+            .service(get_only("/admin/v1/stats", web::get().to(stats_query)))
             .service(get_only(
                 "/admin/v1/rulesets/current",
                 web::get().to(ruleset_current),

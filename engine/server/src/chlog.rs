@@ -206,7 +206,7 @@ mod erased {
     }
 }
 
-fn client(s: &ChSettings) -> clickhouse::Client {
+pub fn client(s: &ChSettings) -> clickhouse::Client {
     let mut c = clickhouse::Client::default()
         .with_url(&s.url)
         .with_database(&s.database)

@@ -8,6 +8,7 @@ pub mod clock;
 pub mod config;
 pub mod declog;
 pub mod metrics;
+pub mod query;
 pub mod redis_state;
 pub mod regress_cmd;
 pub mod rules_dir;

@@ -1,0 +1,554 @@
+//! Reading the decision log back for the console: `GET /admin/v1/decisions` (filters, keyset
+//! pagination) and `GET /admin/v1/stats` (time series, breakdowns, latency percentiles). Answered
+//! from ClickHouse when `[decision_log] clickhouse_url` is set, else by scanning the local log's
+//! files (newest first, bounded) — the same JSON either way.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::chlog::{ChSettings, TABLE};
+
+/// Query-string filters of `/admin/v1/decisions` and `/admin/v1/stats`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Filter {
+    /// Unix ms, inclusive; default: 1 hour before `to`.
+    pub from: Option<i64>,
+    /// Unix ms, exclusive; default: now.
+    pub to: Option<i64>,
+    pub app: Option<String>,
+    pub route: Option<String>,
+    pub user: Option<String>,
+    pub ip: Option<String>,
+    pub tier: Option<String>,
+    pub rule: Option<String>,
+    pub action: Option<String>,
+    pub code: Option<String>,
+    /// Page size, 1–1000 (default 100).
+    pub limit: Option<usize>,
+    /// `next` of the previous page.
+    pub cursor: Option<String>,
+    /// Stats: breakdown dimension (`country`, `isp`, `device_type`, `tier`, `rule`, `code`,
+    /// `route`, `app`, `arm`); default `tier`.
+    pub by: Option<String>,
+    /// Stats: time-series bucket in seconds (60 – 86400, default 60).
+    pub bucket_s: Option<u32>,
+}
+
+/// Why a query failed.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("decision log unavailable: {0}")]
+    Unavailable(String),
+}
+
+pub const DIMENSIONS: [&str; 9] = [
+    "country",
+    "isp",
+    "device_type",
+    "tier",
+    "rule",
+    "code",
+    "route",
+    "app",
+    "arm",
+];
+
+const ACTIONS: [&str; 4] = ["allow", "challenge", "review", "deny"];
+
+/// The checked parameters.
+struct Checked {
+    from: i64,
+    to: i64,
+    limit: usize,
+    cursor: Option<(i64, String)>,
+    by: &'static str,
+    bucket_s: u32,
+}
+
+fn check(f: &Filter, now_ms: i64) -> Result<Checked, QueryError> {
+    let to = f.to.unwrap_or(now_ms + 1);
+    let from = f.from.unwrap_or(to - 3_600_000);
+    if from < 0 || to <= from {
+        return Err(QueryError::Invalid(
+            "from must be ≥ 0 and before to (Unix ms)".into(),
+        ));
+    }
+    let limit = f.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(QueryError::Invalid("limit must be 1–1000".into()));
+    }
+    if let Some(a) = &f.action {
+        if !ACTIONS.contains(&a.as_str()) {
+            return Err(QueryError::Invalid(format!(
+                "action must be one of {}",
+                ACTIONS.join(", ")
+            )));
+        }
+    }
+    let cursor = match &f.cursor {
+        None => None,
+        Some(c) => {
+            let (t, id) = c
+                .split_once(':')
+                .ok_or_else(|| QueryError::Invalid("cursor is malformed".into()))?;
+            let t: i64 = t
+                .parse()
+                .map_err(|_| QueryError::Invalid("cursor is malformed".into()))?;
+            Some((t, id.to_string()))
+        }
+    };
+    let by = match &f.by {
+        None => "tier",
+        Some(b) => DIMENSIONS
+            .iter()
+            .find(|d| **d == b.as_str())
+            .copied()
+            .ok_or_else(|| {
+                QueryError::Invalid(format!("by must be one of {}", DIMENSIONS.join(", ")))
+            })?,
+    };
+    let bucket_s = f.bucket_s.unwrap_or(60);
+    if !(60..=86_400).contains(&bucket_s) {
+        return Err(QueryError::Invalid("bucket_s must be 60–86400".into()));
+    }
+    Ok(Checked {
+        from,
+        to,
+        limit,
+        cursor,
+        by,
+        bucket_s,
+    })
+}
+
+fn string_filters(f: &Filter) -> [(&'static str, Option<&String>); 8] {
+    [
+        ("app", f.app.as_ref()),
+        ("route", f.route.as_ref()),
+        ("user", f.user.as_ref()),
+        ("ip", f.ip.as_ref()),
+        ("tier", f.tier.as_ref()),
+        ("rule", f.rule.as_ref()),
+        ("action", f.action.as_ref()),
+        ("code", f.code.as_ref()),
+    ]
+}
+
+fn next_cursor(rows: &[Value], limit: usize) -> Value {
+    if rows.len() < limit {
+        return Value::Null;
+    }
+    rows.last()
+        .map(|r| {
+            Value::String(format!(
+                "{}:{}",
+                r["time_ms"].as_i64().unwrap_or(0),
+                r["decision_id"].as_str().unwrap_or("")
+            ))
+        })
+        .unwrap_or(Value::Null)
+}
+
+// ---------------------------------------------------------------------------------------------
+// ClickHouse
+
+/// A ClickHouse string literal.
+fn lit(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+fn ch_where(f: &Filter, c: &Checked) -> String {
+    let mut w = format!(
+        "time >= toDateTime({}) AND time <= toDateTime({}) AND time_ms >= {} AND time_ms < {}",
+        c.from / 1000,
+        c.to / 1000 + 1,
+        c.from,
+        c.to
+    );
+    for (col, v) in string_filters(f) {
+        if let Some(v) = v {
+            w.push_str(&format!(" AND {col} = {}", lit(v)));
+        }
+    }
+    w
+}
+
+async fn ch_rows(s: &ChSettings, sql: String) -> Result<Vec<Value>, QueryError> {
+    let client = crate::chlog::client(s);
+    let run = async {
+        let mut cursor = client
+            .query(&sql)
+            .fetch_bytes("JSONEachRow")
+            .map_err(|e| e.to_string())?;
+        cursor.collect().await.map_err(|e| e.to_string())
+    };
+    let bytes = tokio::time::timeout(s.timeout, run)
+        .await
+        .map_err(|_| QueryError::Unavailable("clickhouse did not answer in time".into()))?
+        .map_err(QueryError::Unavailable)?;
+    bytes
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).map_err(|e| QueryError::Unavailable(e.to_string())))
+        .collect()
+}
+
+/// A ClickHouse row as the API's decision object (JSON columns parsed, flags as booleans).
+fn ch_decision(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        for k in ["reasons", "shadow"] {
+            if let Some(Value::String(s)) = o.get(k) {
+                let parsed = serde_json::from_str(s).unwrap_or(Value::Array(vec![]));
+                o.insert(k.into(), parsed);
+            }
+        }
+        for k in ["time_ms", "score", "latency_us", "status"] {
+            if let Some(Value::String(s)) = o.get(k) {
+                let n: i64 = s.parse().unwrap_or(0);
+                o.insert(k.into(), n.into());
+            }
+        }
+        let degraded = o.get("degraded").and_then(Value::as_u64).unwrap_or(0) == 1;
+        o.insert("degraded".into(), degraded.into());
+        o.remove("time");
+    }
+    v
+}
+
+pub async fn decisions_ch(s: &ChSettings, f: &Filter, now_ms: i64) -> Result<Value, QueryError> {
+    let c = check(f, now_ms)?;
+    let mut w = ch_where(f, &c);
+    if let Some((t, id)) = &c.cursor {
+        w.push_str(&format!(
+            " AND (time_ms < {t} OR (time_ms = {t} AND decision_id < {}))",
+            lit(id)
+        ));
+    }
+    let sql = format!(
+        "SELECT * FROM {db}.{TABLE} WHERE {w} ORDER BY time_ms DESC, decision_id DESC \
+         LIMIT 1 BY decision_id LIMIT {limit}",
+        db = s.database,
+        limit = c.limit
+    );
+    let rows: Vec<Value> = ch_rows(s, sql)
+        .await?
+        .into_iter()
+        .map(ch_decision)
+        .collect();
+    let next = next_cursor(&rows, c.limit);
+    Ok(json!({ "decisions": rows, "next": next, "source": "clickhouse" }))
+}
+
+pub async fn stats_ch(s: &ChSettings, f: &Filter, now_ms: i64) -> Result<Value, QueryError> {
+    let c = check(f, now_ms)?;
+    let db = &s.database;
+    // The rollup has no user or ip: filters on them read the base table.
+    let base = f.user.is_some() || f.ip.is_some();
+    let (table, n, time) = if base {
+        (format!("{db}.{TABLE}"), "count()", "time")
+    } else {
+        (
+            format!("{db}.rampart_decisions_minute"),
+            "sum(decisions)",
+            "minute",
+        )
+    };
+    let mut w = format!(
+        "{time} >= toDateTime({}) AND {time} < toDateTime({})",
+        c.from / 1000,
+        (c.to + 999) / 1000
+    );
+    for (col, v) in string_filters(f) {
+        if let Some(v) = v {
+            w.push_str(&format!(" AND {col} = {}", lit(v)));
+        }
+    }
+    let b = c.bucket_s;
+    let series = ch_rows(
+        s,
+        format!(
+            "SELECT intDiv(toUInt32({time}), {b}) * {b} * 1000 AS t, toString(action) AS action, \
+             {n} AS n FROM {table} WHERE {w} GROUP BY t, action ORDER BY t, action"
+        ),
+    )
+    .await?;
+    let by = c.by;
+    let breakdown = ch_rows(
+        s,
+        format!(
+            "SELECT toString({by}) AS key, {n} AS n, {nr} AS refused FROM {table} WHERE {w} \
+             GROUP BY key ORDER BY n DESC LIMIT 100",
+            nr = if base {
+                "countIf(action != 'allow')".to_string()
+            } else {
+                "sumIf(decisions, action != 'allow')".to_string()
+            }
+        ),
+    )
+    .await?;
+    let base_w = ch_where(f, &c);
+    let latency = ch_rows(
+        s,
+        format!(
+            "SELECT quantiles(0.5, 0.9, 0.99, 0.999)(latency_us) AS q, count() AS n \
+             FROM {db}.{TABLE} WHERE {base_w}"
+        ),
+    )
+    .await?;
+    Ok(stats_json(
+        &c,
+        series,
+        breakdown,
+        latency.into_iter().next().unwrap_or(Value::Null),
+        "clickhouse",
+    ))
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        .unwrap_or(0.0)
+}
+
+fn stats_json(
+    c: &Checked,
+    series: Vec<Value>,
+    breakdown: Vec<Value>,
+    latency: Value,
+    source: &str,
+) -> Value {
+    let series: Vec<Value> = series
+        .into_iter()
+        .map(|r| json!({ "t": num(&r["t"]) as i64, "action": r["action"], "n": num(&r["n"]) as u64 }))
+        .collect();
+    let breakdown: Vec<Value> = breakdown
+        .into_iter()
+        .map(|r| {
+            let n = num(&r["n"]);
+            let refused = num(&r["refused"]);
+            json!({
+                "key": r["key"],
+                "n": n as u64,
+                "refused": refused as u64,
+                "refused_ratio": if n > 0.0 { refused / n } else { 0.0 },
+            })
+        })
+        .collect();
+    let q: Vec<f64> = latency["q"]
+        .as_array()
+        .map(|a| a.iter().map(num).collect())
+        .unwrap_or_default();
+    let pick = |i: usize| q.get(i).copied().unwrap_or(0.0);
+    json!({
+        "from": c.from,
+        "to": c.to,
+        "bucket_s": c.bucket_s,
+        "series": series,
+        "by": c.by,
+        "breakdown": breakdown,
+        "latency_us": {
+            "p50": pick(0), "p90": pick(1), "p99": pick(2), "p999": pick(3),
+            "n": num(&latency["n"]) as u64,
+        },
+        "source": source,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Local log
+
+/// Most rows a local query reads (newest files first).
+const LOCAL_SCAN: usize = 2_000_000;
+
+fn local_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("decisions-") && n.ends_with(".jsonl"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files.reverse();
+    files
+}
+
+/// A local-log record as the API's decision object (the ClickHouse row's fields).
+fn local_decision(r: &Value) -> Value {
+    let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    json!({
+        "time_ms": r["time_ms"],
+        "decision_id": s("decision_id"),
+        "app": s("app"),
+        "method": s("method"),
+        "route": s("route"),
+        "user": s("user"),
+        "ip": s("ip"),
+        "country": s("country"),
+        "isp": s("isp"),
+        "device_type": s("device_type"),
+        "ua_family": crate::chlog::ua_family(&s("user_agent")),
+        "user_agent": s("user_agent"),
+        "ja3": s("ja3"),
+        "tier": s("tier"),
+        "rule": s("rule"),
+        "action": s("action"),
+        "code": s("code"),
+        "status": r["status"],
+        "score": r.get("score").cloned().unwrap_or(json!(0)),
+        "reasons": r.get("reasons").cloned().unwrap_or(json!([])),
+        "shadow": r.get("shadow").cloned().unwrap_or(json!([])),
+        "ruleset_version": s("ruleset_version"),
+        "arm": s("arm"),
+        "latency_us": r["latency_us"],
+        "degraded": r.get("degraded").and_then(Value::as_bool).unwrap_or(false),
+        "instance": s("instance"),
+    })
+}
+
+/// Every local record in the range that passes the filters, newest first, until `visit` says stop.
+fn scan_local(dir: &Path, f: &Filter, c: &Checked, mut visit: impl FnMut(Value) -> bool) {
+    let mut read = 0usize;
+    for file in local_files(dir) {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        for line in text.lines().rev() {
+            read += 1;
+            if read > LOCAL_SCAN {
+                return;
+            }
+            let Ok(r) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            let d = local_decision(&r);
+            let t = d["time_ms"].as_i64().unwrap_or(0);
+            if t < c.from || t >= c.to {
+                continue;
+            }
+            if let Some((ct, cid)) = &c.cursor {
+                let id = d["decision_id"].as_str().unwrap_or("");
+                if t > *ct || (t == *ct && id >= cid.as_str()) {
+                    continue;
+                }
+            }
+            let pass = string_filters(f)
+                .iter()
+                .all(|(k, v)| v.is_none_or(|v| d[*k].as_str() == Some(v.as_str())));
+            if pass && !visit(d) {
+                return;
+            }
+        }
+    }
+}
+
+/// Rows of a local log file are appended in batches, roughly in time order: a row can be older
+/// than one written before it by at most about this much.
+const LOCAL_DISORDER_MS: i64 = 5_000;
+
+pub fn decisions_local(dir: &Path, f: &Filter, now_ms: i64) -> Result<Value, QueryError> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let c = check(f, now_ms)?;
+    // The newest `limit` rows by (time_ms, decision_id): a min-heap of the best so far. The scan
+    // stops once it reads rows older than the heap's oldest by more than the files' disorder.
+    let mut best: BinaryHeap<Reverse<(i64, String, usize)>> = BinaryHeap::new();
+    let mut rows: std::collections::HashMap<usize, Value> = Default::default();
+    let mut seq = 0usize;
+    scan_local(dir, f, &c, |d| {
+        let key = (
+            d["time_ms"].as_i64().unwrap_or(0),
+            d["decision_id"].as_str().unwrap_or("").to_string(),
+        );
+        if best.len() == c.limit {
+            let oldest = &best.peek().expect("full heap").0;
+            if key.0 < oldest.0 - LOCAL_DISORDER_MS {
+                return false;
+            }
+            if (key.0, &key.1) <= (oldest.0, &oldest.1) {
+                return true;
+            }
+            if let Some(Reverse((_, _, gone))) = best.pop() {
+                rows.remove(&gone);
+            }
+        }
+        seq += 1;
+        best.push(Reverse((key.0, key.1, seq)));
+        rows.insert(seq, d);
+        true
+    });
+    let mut keep: Vec<(i64, String, usize)> = best.into_iter().map(|Reverse(k)| k).collect();
+    keep.sort_by(|a, b| (b.0, &b.1).cmp(&(a.0, &a.1)));
+    let rows: Vec<Value> = keep
+        .into_iter()
+        .filter_map(|(_, _, i)| rows.remove(&i))
+        .collect();
+    let next = next_cursor(&rows, c.limit);
+    Ok(json!({ "decisions": rows, "next": next, "source": "local" }))
+}
+
+pub fn stats_local(dir: &Path, f: &Filter, now_ms: i64) -> Result<Value, QueryError> {
+    let c = check(f, now_ms)?;
+    let bucket_ms = c.bucket_s as i64 * 1000;
+    let mut series: std::collections::BTreeMap<(i64, String), u64> = Default::default();
+    let mut groups: std::collections::HashMap<String, (u64, u64)> = Default::default();
+    let mut lat: Vec<u64> = Vec::new();
+    scan_local(dir, f, &c, |d| {
+        let t = d["time_ms"].as_i64().unwrap_or(0);
+        let action = d["action"].as_str().unwrap_or("").to_string();
+        *series
+            .entry(((t / bucket_ms) * bucket_ms, action.clone()))
+            .or_default() += 1;
+        let key = match &d[c.by] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let g = groups.entry(key).or_default();
+        g.0 += 1;
+        g.1 += u64::from(action != "allow");
+        lat.push(d["latency_us"].as_u64().unwrap_or(0));
+        true
+    });
+    lat.sort_unstable();
+    let q = |p: f64| -> Value {
+        if lat.is_empty() {
+            return json!(0);
+        }
+        json!(lat[((lat.len() - 1) as f64 * p).round() as usize])
+    };
+    let mut breakdown: Vec<(String, (u64, u64))> = groups.into_iter().collect();
+    breakdown.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(&b.0)));
+    breakdown.truncate(100);
+    Ok(stats_json(
+        &c,
+        series
+            .into_iter()
+            .map(|((t, a), n)| json!({ "t": t, "action": a, "n": n }))
+            .collect(),
+        breakdown
+            .into_iter()
+            .map(|(k, (n, r))| json!({ "key": k, "n": n, "refused": r }))
+            .collect(),
+        json!({ "q": [q(0.5), q(0.9), q(0.99), q(0.999)], "n": lat.len() }),
+        "local",
+    ))
+}
