@@ -1,4 +1,4 @@
-//! The `rampart` command line: `serve`, `check`, `sign`, `regress`.
+//! The `rampart` command line: `serve`, `check`, `sign`, `regress`, `migrate`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,6 +40,12 @@ enum Cmd {
     /// Replay recorded samples through a rule set: detection and false-positive rates, per-rule
     /// hits, failing samples, changes against another set.
     Regress(Box<crate::regress_cmd::RegressArgs>),
+    /// Apply the ClickHouse schema migrations of `[decision_log]` (also done at start unless
+    /// `migrate = false`), print what was applied, exit non-zero when ClickHouse refuses.
+    Migrate {
+        #[arg(long, env = "RAMPART_CONFIG")]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -104,6 +110,7 @@ pub fn run() -> ExitCode {
         Cmd::Serve { config } => serve(config),
         Cmd::Check { config } => check(config),
         Cmd::Regress(args) => crate::regress_cmd::run(*args),
+        Cmd::Migrate { config } => migrate(config),
         Cmd::Sign(args) => match sign_cmd(*args) {
             Ok(out) => {
                 println!("{out}");
@@ -175,6 +182,41 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rampart: server error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn migrate(config: Option<PathBuf>) -> ExitCode {
+    let v = match load(config.as_deref()) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("rampart migrate: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let dl = &v.raw.decision_log;
+    if dl.clickhouse_url.is_none() {
+        eprintln!("rampart migrate: [decision_log] clickhouse_url is not set (the local log has no schema)");
+        return ExitCode::from(2);
+    }
+    let s = crate::declog::ch_settings(dl);
+    match crate::chlog::migrate(&s) {
+        Ok(applied) if applied.is_empty() => {
+            println!(
+                "clickhouse schema up to date ({} migrations)",
+                crate::chlog::MIGRATIONS.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(applied) => {
+            for a in applied {
+                println!("applied {a}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rampart migrate: {e}");
             ExitCode::FAILURE
         }
     }

@@ -322,6 +322,21 @@ fn the_explorer_and_stats_read_clickhouse() {
     serve(&engine, 2_500, "q");
     wait_for_rows(&ch, "query", 2_500);
     check_queries(&engine, 2_500);
+    // The engine migrated at start; `rampart migrate` finds nothing left to do.
+    let out = std::process::Command::new(support::BIN)
+        .args([
+            "migrate",
+            "--config",
+            dir.join("query.toml").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("up to date"));
+    assert_eq!(
+        ch.count("SELECT count() FROM query.rampart_migrations"),
+        crate_migrations()
+    );
 }
 
 #[test]
@@ -343,4 +358,13 @@ fn the_explorer_and_stats_read_the_local_log() {
         std::thread::sleep(Duration::from_millis(100));
     }
     check_queries(&engine, 2_500);
+}
+
+fn crate_migrations() -> u64 {
+    std::fs::read_dir(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../dashboards/clickhouse/migrations"
+    ))
+    .unwrap()
+    .count() as u64
 }
