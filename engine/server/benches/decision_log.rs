@@ -19,14 +19,7 @@ use std::time::{Duration, Instant};
 use rampart::chlog::{ChRow, ChSettings, ChSink, SpoolFull};
 use rampart::metrics::Metrics;
 use serde_json::Value;
-use support::{now_ms, temp_dir, Call, ClickHouseServer, Engine};
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use support::{env, now_ms, temp_dir, Call, ClickHouseServer, Engine};
 
 fn row(i: u64, t0: i64) -> ChRow {
     ChRow {

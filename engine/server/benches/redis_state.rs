@@ -23,14 +23,7 @@ use rampart::runtime::Runtime;
 use rampart_core::bloom::SlicedBloomConfig;
 use rampart_core::model::DecideRequest;
 use rampart_core::nonce::{NonceStore, NonceVerdict};
-use support::{now_ms, temp_dir, Call, RedisServer};
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use support::{env, now_ms, temp_dir, Call, RedisServer};
 
 fn settings(url: &str, prefix: &str) -> rampart::redis_state::RedisSettings {
     rampart::redis_state::RedisSettings {

@@ -518,6 +518,14 @@ impl Call<'_> {
     }
 }
 
+/// A numeric setting from the environment (benches), or its default.
+pub fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
