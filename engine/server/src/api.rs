@@ -4,12 +4,13 @@
 //!
 //! Errors of the call itself are answered 4xx with `{"error":{"code","message"}}`, never a 5xx.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
-use rampart_core::model::{Reason, ShadowHit};
+use rampart_core::model::{JudgedRequest, Reason, ShadowHit};
 use rampart_core::{Action, Code, DecideRequest, Verdict};
 use serde::{Deserialize, Serialize};
 
@@ -225,6 +226,129 @@ async fn decide(
     })?;
     let out = judge(&rt, &parsed, started)?;
     Ok(HttpResponse::Ok().json(out))
+}
+
+/// The decide request a forward-auth call describes (nginx `auth_request`, Envoy `ext_authz`
+/// HTTP service, Traefik `ForwardAuth`).
+fn authz_request(req: &HttpRequest) -> Result<DecideRequest, ApiError> {
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    let app = header("x-app").ok_or_else(|| {
+        ApiError::new(400, "INVALID_FIELD", "forward-auth needs the X-App header")
+    })?;
+    // nginx sends X-Original-*, Traefik X-Forwarded-*; Envoy forwards the original method and
+    // path as the check request's own (after the configured path prefix).
+    let method = header("x-original-method")
+        .or_else(|| header("x-forwarded-method"))
+        .map(str::to_string)
+        .unwrap_or_else(|| req.method().as_str().to_string());
+    let uri = match header("x-original-uri").or_else(|| header("x-forwarded-uri")) {
+        Some(u) => u.to_string(),
+        None => {
+            let full = req
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/");
+            let rest = full.strip_prefix("/v1/authz").unwrap_or(full);
+            if rest.is_empty() || rest.starts_with('?') {
+                format!("/{rest}")
+            } else {
+                rest.to_string()
+            }
+        }
+    };
+    let (path, query) = match uri.split_once('?') {
+        Some((p, q)) => (p.to_string(), q.to_string()),
+        None => (uri, String::new()),
+    };
+    if !path.starts_with('/') {
+        return Err(ApiError::new(
+            400,
+            "INVALID_FIELD",
+            "the original URI must be an absolute path",
+        ));
+    }
+    // The client: the first X-Forwarded-For entry (set by the trusted proxy in front), else
+    // X-Real-IP, else the peer.
+    let ip = header("x-forwarded-for")
+        .and_then(|v| v.split(',').next())
+        .map(str::trim)
+        .or_else(|| header("x-real-ip"))
+        .map(str::to_string)
+        .or_else(|| req.peer_addr().map(|a| a.ip().to_string()));
+    let mut headers = HashMap::new();
+    for (name, value) in req.headers() {
+        if let Ok(v) = value.to_str() {
+            headers.insert(name.as_str().to_ascii_lowercase(), v.to_string());
+        }
+    }
+    let mut d = DecideRequest {
+        app: app.to_string(),
+        request: JudgedRequest {
+            method,
+            path,
+            query,
+            // Proxies do not forward the body: the client's declared hash, else the empty body's.
+            body_sha256: header("x-content-sha256").map(str::to_string),
+            headers,
+            body: None,
+        },
+        user_id: header("x-user-id").map(str::to_string),
+        ..Default::default()
+    };
+    let c = &mut d.client;
+    c.ip = ip;
+    c.device_id = header("x-device-id").map(str::to_string);
+    c.ja3 = header("x-ja3").map(str::to_string);
+    c.country = header("x-country").map(str::to_string);
+    c.isp = header("x-isp").map(str::to_string);
+    c.device_type = header("x-device-type").map(str::to_string);
+    c.user_agent = header("user-agent").map(str::to_string);
+    Ok(d)
+}
+
+/// `GET|POST /v1/authz`: forward-auth. 200 to allow; else the decision's status, with the
+/// decision in `X-Rampart-*` headers (and the body).
+async fn authz(rt: web::Data<Runtime>, req: HttpRequest) -> HttpResponse {
+    let started = Instant::now();
+    let answer = authz_request(&req)
+        .inspect_err(|e| rt.metrics.api_error(e.code))
+        .and_then(|d| judge(&rt, &d, started));
+    match answer {
+        Ok(out) => {
+            let status = if out.action == rampart_core::Action::Allow {
+                200
+            } else {
+                out.status
+            };
+            let mut r =
+                HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN));
+            r.insert_header(("X-Rampart-Decision", out.action.as_str()))
+                .insert_header(("X-Rampart-Code", out.code.as_str()))
+                .insert_header(("X-Rampart-Status", out.status.to_string()))
+                .insert_header(("X-Rampart-Decision-Id", out.decision_id.clone()));
+            if let Some(ms) = out.retry_after_ms.filter(|_| status == 429) {
+                r.insert_header(("Retry-After", ms.div_ceil(1000).max(1).to_string()));
+            }
+            r.json(out)
+        }
+        Err(e) => {
+            let mut r = e.error_response();
+            if let Ok(v) = actix_web::http::header::HeaderValue::from_str(e.code) {
+                r.headers_mut().insert(
+                    actix_web::http::header::HeaderName::from_static("x-rampart-code"),
+                    v,
+                );
+            }
+            r
+        }
+    }
 }
 
 async fn decide_batch(
@@ -530,6 +654,18 @@ pub fn configure(rt: Arc<Runtime>) -> impl FnOnce(&mut web::ServiceConfig) {
                     .route(web::post().to(decide_batch))
                     .default_service(web::to(method_not_allowed)),
             )
+            .service(
+                web::resource("/v1/authz")
+                    .route(web::get().to(authz))
+                    .route(web::post().to(authz))
+                    .route(web::put().to(authz))
+                    .route(web::patch().to(authz))
+                    .route(web::delete().to(authz))
+                    .route(web::head().to(authz))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            // Envoy ext_authz (HTTP service) appends the original path to the configured prefix.
+            .service(web::resource("/v1/authz/{tail:.*}").to(authz))
             .service(
                 web::resource("/v1/outcome")
                     .route(web::post().to(outcome))

@@ -507,3 +507,145 @@ async fn outcomes_feed_the_routes_circuit_breaker() {
     let (s, _) = post(&app, "/v1/outcome", "{\"app\":").await;
     assert_eq!(s, 400);
 }
+
+/// A forward-auth call as nginx `auth_request` makes it: no body, the original request in headers.
+fn authz_call(nonce: &str, uri: &str, content_sha: Option<&str>) -> test::TestRequest {
+    let (path, query) = uri.split_once('?').unwrap_or((uri, ""));
+    let body: &[u8] = b"";
+    let h = sign(
+        b"s3cret",
+        &ToSign {
+            app: "shop",
+            method: "POST",
+            path,
+            query,
+            body,
+            timestamp_ms: rampart::clock::now_ms(),
+            nonce,
+        },
+    );
+    let mut r = test::TestRequest::get()
+        .uri("/v1/authz")
+        .insert_header(("X-App", "shop"))
+        .insert_header(("X-Original-Method", "POST"))
+        .insert_header(("X-Original-URI", uri))
+        .insert_header(("X-Forwarded-For", "198.51.100.44, 10.0.0.1"))
+        .insert_header(("User-Agent", "Mozilla/5.0 forward-auth test"))
+        .insert_header(("x-timestamp", h.timestamp))
+        .insert_header(("x-nonce", h.nonce))
+        .insert_header(("x-signature", h.signature));
+    if let Some(s) = content_sha {
+        r = r.insert_header(("x-content-sha256", s));
+    }
+    r
+}
+
+#[actix_web::test]
+async fn forward_auth_allows_then_stops_the_replay_with_its_status_and_headers() {
+    let rt = runtime("authz", "[rules]\ndefaults = false\n");
+    let app = app!(rt);
+    let first = test::call_service(
+        &app,
+        authz_call("authz-nonce-00000001", "/api/pay?b=2&a=1", None).to_request(),
+    )
+    .await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(hdr(first.headers(), "x-rampart-decision"), "allow");
+    assert_eq!(hdr(first.headers(), "x-rampart-code"), "OK");
+    let replay = test::call_service(
+        &app,
+        authz_call("authz-nonce-00000001", "/api/pay?b=2&a=1", None).to_request(),
+    )
+    .await;
+    assert_eq!(replay.status(), 409);
+    assert_eq!(hdr(replay.headers(), "x-rampart-decision"), "deny");
+    assert_eq!(hdr(replay.headers(), "x-rampart-code"), "REPLAY_DUPLICATE");
+    assert_eq!(hdr(replay.headers(), "x-rampart-status"), "409");
+    // The client IP is the first X-Forwarded-For entry; the row records it.
+    rt.log.flush();
+    let recent = rt.log.recent(2);
+    assert_eq!(recent[0].ip.as_deref(), Some("198.51.100.44"));
+    assert_eq!(recent[0].route, "/api/pay");
+
+    // A declared body hash that the signature did not cover: the signature fails (401).
+    let tampered = test::call_service(
+        &app,
+        authz_call("authz-nonce-00000002", "/api/pay", Some(&"ab".repeat(32))).to_request(),
+    )
+    .await;
+    assert_eq!(tampered.status(), 401);
+    assert_eq!(
+        hdr(tampered.headers(), "x-rampart-code"),
+        "SIGNATURE_INVALID"
+    );
+
+    // No anti-replay headers at all.
+    let bare = test::TestRequest::get()
+        .uri("/v1/authz")
+        .insert_header(("X-App", "shop"))
+        .insert_header(("X-Original-URI", "/"))
+        .to_request();
+    let bare = test::call_service(&app, bare).await;
+    assert_eq!(bare.status(), 401);
+    assert_eq!(hdr(bare.headers(), "x-rampart-code"), "SIGNATURE_MISSING");
+
+    // Bad forward-auth calls: a 4xx envelope with its code in the header too, never a 5xx.
+    for (req, code) in [
+        (
+            test::TestRequest::get().uri("/v1/authz").to_request(),
+            "INVALID_FIELD",
+        ),
+        (
+            test::TestRequest::get()
+                .uri("/v1/authz")
+                .insert_header(("X-App", "nope"))
+                .to_request(),
+            "UNKNOWN_APP",
+        ),
+        (
+            test::TestRequest::get()
+                .uri("/v1/authz")
+                .insert_header(("X-App", "shop"))
+                .insert_header(("X-Original-URI", "no-slash"))
+                .to_request(),
+            "INVALID_FIELD",
+        ),
+    ] {
+        let r = test::call_service(&app, req).await;
+        assert!(r.status().is_client_error(), "{code}: {}", r.status());
+        assert_eq!(hdr(r.headers(), "x-rampart-code"), code);
+    }
+}
+
+#[actix_web::test]
+async fn forward_auth_as_envoy_sends_it_reads_the_original_path_after_the_prefix() {
+    let rt = runtime("authz-envoy", "[rules]\ndefaults = false\n");
+    let app = app!(rt);
+    let h = sign(
+        b"s3cret",
+        &ToSign {
+            app: "shop",
+            method: "DELETE",
+            path: "/api/cart/7",
+            query: "x=1",
+            body: b"",
+            timestamp_ms: rampart::clock::now_ms(),
+            nonce: "envoy-nonce-0000001",
+        },
+    );
+    let req = || {
+        test::TestRequest::delete()
+            .uri("/v1/authz/api/cart/7?x=1")
+            .insert_header(("X-App", "shop"))
+            .insert_header(("x-timestamp", h.timestamp.clone()))
+            .insert_header(("x-nonce", h.nonce.clone()))
+            .insert_header(("x-signature", h.signature.clone()))
+            .to_request()
+    };
+    assert_eq!(test::call_service(&app, req()).await.status(), 200);
+    assert_eq!(test::call_service(&app, req()).await.status(), 409);
+}
+
+fn hdr<'a>(h: &'a actix_web::http::header::HeaderMap, name: &str) -> &'a str {
+    h.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+}
