@@ -16,8 +16,8 @@ rustc --version
 
 step "services"
 # Integration tests start their own servers on loopback ports and stop them: redis-server (one node,
-# and a 3-master cluster joined with redis-cli --cluster create) and clickhouse-server. They need
-# the binaries.
+# and a 3-master cluster joined with redis-cli --cluster create), clickhouse-server and nginx. They
+# need the binaries.
 sudo_cmd=""
 if [ "$(id -u)" != "0" ]; then sudo_cmd="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
@@ -32,6 +32,12 @@ if ! command -v clickhouse-server >/dev/null 2>&1 && [ ! -x /usr/sbin/clickhouse
   echo "installing clickhouse-server (Debian package)"
   $sudo_cmd apt-get install -y --no-install-recommends clickhouse-server clickhouse-client >/dev/null \
     || { $sudo_cmd apt-get update >/dev/null && $sudo_cmd apt-get install -y --no-install-recommends clickhouse-server clickhouse-client >/dev/null; }
+fi
+# The forward-auth test runs a real nginx (auth_request) in front of a toy upstream.
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+  echo "installing nginx (Debian package nginx-light)"
+  $sudo_cmd apt-get install -y --no-install-recommends nginx-light >/dev/null \
+    || { $sudo_cmd apt-get update >/dev/null && $sudo_cmd apt-get install -y --no-install-recommends nginx-light >/dev/null; }
 fi
 echo "clickhouse-server: $(dpkg-query -W -f='${Version}' clickhouse-server 2>/dev/null || echo present)"
 

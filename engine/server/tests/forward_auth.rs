@@ -1,0 +1,180 @@
+//! Forward-auth end to end: a real nginx (`auth_request`) in front of a toy upstream asks a real
+//! `rampart serve` about every request. A signed fresh request reaches the upstream; its replay is
+//! stopped by nginx with 409 and never reaches it. The nginx configuration is the documented
+//! example (`docs/integration/nginx.conf`) with the ports filled in.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use support::{free_port, now_ms, temp_dir, Engine};
+
+const SECRET: &str = "forward-auth-secret";
+
+/// A minimal HTTP upstream that counts the requests it serves.
+fn upstream(hits: Arc<AtomicU64>) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut c) = conn else { continue };
+            let hits = hits.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 8192];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match c.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                hits.fetch_add(1, Ordering::Relaxed);
+                let body = "hello from the upstream";
+                let _ = write!(
+                    c,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    port
+}
+
+struct Nginx(Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn nginx(dir: &std::path::Path, listen: u16, rampart: &str, upstream: u16) -> Nginx {
+    assert!(
+        Command::new("nginx").arg("-v").output().is_ok()
+            || std::path::Path::new("/usr/sbin/nginx").exists(),
+        "nginx is not installed (scripts/test.sh installs the Debian package)"
+    );
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/integration/nginx.conf"
+    ))
+    .unwrap()
+    .replace("127.0.0.1:8080", rampart)
+    .replace("127.0.0.1:9000", &format!("127.0.0.1:{upstream}"))
+    .replace("listen 80;", &format!("listen 127.0.0.1:{listen};"));
+    let d = dir.display();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+         error_log {d}/error.log warn;\nevents {{ worker_connections 256; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+         fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+         {example}\n}}\n"
+    );
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, conf).unwrap();
+    let nginx_bin = if std::path::Path::new("/usr/sbin/nginx").exists() {
+        "/usr/sbin/nginx"
+    } else {
+        "nginx"
+    };
+    let child = Command::new(nginx_bin)
+        .args(["-c", path.to_str().unwrap(), "-p", dir.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start nginx");
+    let n = Nginx(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", listen)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "nginx did not start: {}",
+            std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    n
+}
+
+#[test]
+fn nginx_lets_a_signed_fresh_request_through_and_stops_its_replay_with_409() {
+    let dir = temp_dir("nginx");
+    let engine = Engine::start(
+        &dir,
+        "authz",
+        &format!(
+            "[[apps]]\nid = \"shop\"\nsecret = \"{SECRET}\"\nwindow_ms = 30000\n[rules]\ndefaults = false\n"
+        ),
+    );
+    let hits = Arc::new(AtomicU64::new(0));
+    let up = upstream(hits.clone());
+    let listen = free_port();
+    let _nginx = nginx(&dir, listen, engine.base.trim_start_matches("http://"), up);
+
+    let h = rampart_core::sign::sign(
+        SECRET.as_bytes(),
+        &rampart_core::sign::ToSign {
+            app: "shop",
+            method: "GET",
+            path: "/api/items",
+            query: "page=2&sort=new",
+            body: b"",
+            timestamp_ms: now_ms(),
+            nonce: &format!("nginx-nonce-{}-0001", std::process::id()),
+        },
+    );
+    let send = || {
+        let mut r = support::agent()
+            .get(&format!(
+                "http://127.0.0.1:{listen}/api/items?sort=new&page=2"
+            ))
+            .header("x-timestamp", &h.timestamp)
+            .header("x-nonce", &h.nonce)
+            .header("x-signature", &h.signature)
+            .call()
+            .unwrap();
+        let status = r.status().as_u16();
+        let code = r
+            .headers()
+            .get("x-rampart-code")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        (
+            status,
+            code,
+            r.body_mut().read_to_string().unwrap_or_default(),
+        )
+    };
+    let (status, _, body) = send();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, "hello from the upstream");
+    assert_eq!(hits.load(Ordering::Relaxed), 1);
+
+    let (status, code, _) = send();
+    assert_eq!(
+        status, 409,
+        "the replay is stopped with the decision's status"
+    );
+    assert_eq!(code, "REPLAY_DUPLICATE");
+    assert_eq!(
+        hits.load(Ordering::Relaxed),
+        1,
+        "the replay never reached the upstream"
+    );
+
+    // Unsigned: 401 straight from auth_request.
+    let r = support::agent()
+        .get(&format!("http://127.0.0.1:{listen}/api/items"))
+        .call()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    assert_eq!(hits.load(Ordering::Relaxed), 1);
+}
