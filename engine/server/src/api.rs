@@ -167,7 +167,11 @@ fn judge(rt: &Runtime, req: &DecideRequest, started: Instant) -> Result<Decision
         country: c.country.clone(),
         isp: c.isp.clone(),
         device_type: c.device_type.clone(),
-        user_agent: c.user_agent.clone(),
+        // The caller's `client.user_agent`, else the judged request's own header.
+        user_agent: c
+            .user_agent
+            .clone()
+            .or_else(|| req.request.header("user-agent").map(str::to_string)),
         ja3: c.ja3.clone(),
         tier: verdict.tier,
         rule: verdict.rule.clone(),
