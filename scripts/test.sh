@@ -52,6 +52,11 @@ log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked --release 2>&1 | tee "$log"
 
+step "client signing helper (JavaScript, node --test)"
+node --test sdk/js/ 2>&1 | tee -a "$log" | tail -n 8
+# Count Node's results in the closing line like cargo's.
+awk '/^# pass / { p = $3 } /^# fail / { f = $3 } END { printf "test result: node. %d passed; %d failed;\n", p, f }' "$log" >> "$log"
+
 if [ "$FUZZ_SECONDS" != "0" ]; then
   step "fuzz smoke (${FUZZ_SECONDS}s per target)"
   if ! command -v cargo-fuzz >/dev/null 2>&1; then
