@@ -181,7 +181,6 @@ pub struct Redis {
     next: AtomicUsize,
     timeout: Duration,
     prefix: String,
-    cluster: bool,
     health: Arc<Health>,
 }
 
@@ -271,7 +270,6 @@ impl Redis {
             next: AtomicUsize::new(0),
             timeout: s.timeout,
             prefix: s.prefix.clone(),
-            cluster: !s.cluster_nodes.is_empty(),
             health: Arc::new(Health {
                 counters,
                 ..Default::default()
@@ -321,10 +319,6 @@ impl Redis {
     /// Whether the first connection has been made.
     pub fn connected(&self) -> bool {
         self.conns.load().is_some()
-    }
-
-    pub fn is_cluster(&self) -> bool {
-        self.cluster
     }
 
     pub fn prefix(&self) -> &str {
@@ -397,12 +391,6 @@ impl Redis {
                 Err(_) => health.timed_out(),
             }
         });
-    }
-
-    /// `PING`, for readiness and tests.
-    pub fn ping(&self) -> Result<(), StoreError> {
-        self.call(|mut c| async move { redis::cmd("PING").query_async::<String>(&mut c).await })
-            .map(|_| ())
     }
 }
 

@@ -277,13 +277,6 @@ impl RedisNonces {
         }
     }
 
-    pub fn layout(&self) -> Option<&BloomLayout> {
-        match &self.mode {
-            NonceMode::Bloom(l) => Some(l),
-            NonceMode::Exact => None,
-        }
-    }
-
     /// See [`LayoutGuard::check_at_start`].
     pub fn check_layout_at_start(&self) -> Result<bool, String> {
         match &self.guard {
