@@ -15,6 +15,7 @@ use crate::canonical::{body_sha256_hex, canonical_query, SignedFields, Signer, E
 use crate::fingerprint::{canonical_json, fingerprint, FingerprintStore, Submission};
 use crate::model::{Action, Code, DecideRequest, Reason, Step, Verdict};
 use crate::nonce::{validate_nonce, NonceStore, NonceVerdict, StoreError};
+use crate::rollout::{Arm, Candidate, DynamicLists, ListAction};
 use crate::rules::{LiveRules, Req, RuleSession, RuleSet};
 
 /// An app: who may ask, with which secret, within which window.
@@ -208,6 +209,10 @@ pub struct Engine {
     fingerprints: Arc<dyn FingerprintStore>,
     fallback: Option<Fallback>,
     rules: Arc<LiveRules>,
+    /// The rule set being rolled out beside the stable one, if any.
+    candidate: arc_swap::ArcSwapOption<Candidate>,
+    /// Block and allow lists edited at run time.
+    lists: arc_swap::ArcSwap<DynamicLists>,
 }
 
 /// Settings of the decision path that are not stores.
@@ -241,7 +246,28 @@ impl Engine {
             fingerprints,
             fallback: None,
             rules,
+            candidate: arc_swap::ArcSwapOption::empty(),
+            lists: arc_swap::ArcSwap::from_pointee(DynamicLists::default()),
         }
+    }
+
+    /// Starts (or, with `None`, ends) a candidate's rollout. The swap is atomic: a decision sees
+    /// the old or the new candidate, never a mix.
+    pub fn set_candidate(&self, c: Option<Arc<Candidate>>) {
+        self.candidate.store(c);
+    }
+
+    pub fn candidate(&self) -> Option<Arc<Candidate>> {
+        self.candidate.load_full()
+    }
+
+    /// Replaces the block and allow lists.
+    pub fn set_lists(&self, lists: DynamicLists) {
+        self.lists.store(Arc::new(lists));
+    }
+
+    pub fn lists(&self) -> Arc<DynamicLists> {
+        self.lists.load_full()
     }
 
     /// Adds in-process stores that answer for the shared ones while those fail (only where the
@@ -372,14 +398,60 @@ impl Engine {
             app,
             now_ms,
         };
+        // The block and allow lists: read-only, before anything else.
+        let lists = self.lists.load();
+        let listed = lists.check(req);
+        if let Some(hit) = listed.as_ref().filter(|h| h.action == ListAction::Block) {
+            let mut v = Verdict::reject(
+                Step::Edge,
+                Action::Deny,
+                Code::RuleDeny,
+                "blocklist",
+                Reason::new(format!(
+                    "{} {:?} is on the block list",
+                    hit.kind.as_str(),
+                    hit.value
+                )),
+            );
+            v.ruleset_version = self.rules.snapshot().version().to_string();
+            return Ok(v);
+        }
         // One snapshot from the first tier to the last, even if a swap happens meanwhile.
-        let set = self.rules.snapshot();
-        let rule_req = (set.rule_count() > 0).then(|| Req::from_context(&ctx));
+        // A guard, not a clone: no shared reference count to bump on every decision.
+        let candidate = self.candidate.load();
+        // An allow-listed requester skips the rule tiers, never the anti-replay core.
+        let allowed = listed.is_some();
+        let arm = match (&*candidate, allowed) {
+            (Some(c), false) => c.arm(req),
+            _ => Arm::Stable,
+        };
+        let set = match (&*candidate, arm) {
+            (Some(c), Arm::Canary) => c.set.clone(),
+            _ => self.rules.snapshot(),
+        };
+        let needs_req = !allowed && (set.rule_count() > 0 || candidate.is_some());
+        let rule_req = needs_req.then(|| Req::from_context(&ctx));
         let mut session = RuleSession::default();
         let mut v = self.decide_steps(&ctx, &set, rule_req.as_ref(), &mut session, &body_hash);
         v.shadow = std::mem::take(&mut session.shadow);
         v.score = session.score;
         v.ruleset_version = set.version().to_string();
+        v.arm = arm;
+        if let (Some(c), Some(rreq)) = (&*candidate, &rule_req) {
+            if v.step.reached_rules() {
+                let refused = v.action != Action::Allow && v.step.is_rule_tier();
+                let counts = match arm {
+                    Arm::Canary => &c.stats.canary,
+                    Arm::Stable => &c.stats.stable,
+                };
+                counts.record(refused, session.errors > 0);
+                if c.is_shadow() {
+                    let (hit, errors) = c.set.simulate(rreq);
+                    c.stats.shadow.record(hit.is_some(), errors > 0);
+                    v.shadow.extend(hit);
+                }
+            }
+        }
         if let Some(state) = set.state() {
             // Best effort: reputation is advisory, a full store must not change this decision.
             let _ = state.learn(req, &v, now_ms);

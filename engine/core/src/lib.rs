@@ -16,6 +16,7 @@ pub mod model;
 pub mod nonce;
 pub mod quota;
 pub mod regress;
+pub mod rollout;
 pub mod rules;
 mod shard;
 pub mod sign;

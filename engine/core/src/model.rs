@@ -225,6 +225,20 @@ pub enum Step {
 }
 
 impl Step {
+    /// True when the decision got past the anti-replay steps to the rules (or was made by the
+    /// edge tier, which runs first).
+    pub fn reached_rules(self) -> bool {
+        matches!(
+            self,
+            Step::Edge | Step::Gateway | Step::Business | Step::Final
+        )
+    }
+
+    /// True for the steps where rules decide.
+    pub fn is_rule_tier(self) -> bool {
+        matches!(self, Step::Edge | Step::Gateway | Step::Business)
+    }
+
     pub const ALL: [Step; 8] = [
         Step::Edge,
         Step::Signature,
@@ -289,6 +303,9 @@ pub struct ShadowHit {
     pub action: Action,
     pub code: Code,
     pub reason: String,
+    /// The candidate rule set's version when the hit comes from a candidate in the shadow stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// The core's answer; the server adds the decision id, latency and rule set.
@@ -313,6 +330,9 @@ pub struct Verdict {
     /// Version of the rule set the decision was made with.
     #[serde(skip)]
     pub ruleset_version: String,
+    /// Which arm of a rollout made the decision.
+    #[serde(skip)]
+    pub arm: crate::rollout::Arm,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_time_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -334,6 +354,7 @@ impl Verdict {
             step: Step::Final,
             score: 0,
             ruleset_version: String::new(),
+            arm: crate::rollout::Arm::Stable,
             server_time_ms: None,
             skew_ms: None,
         }
@@ -354,6 +375,7 @@ impl Verdict {
             step,
             score: 0,
             ruleset_version: String::new(),
+            arm: crate::rollout::Arm::Stable,
             server_time_ms: None,
             skew_ms: None,
         }

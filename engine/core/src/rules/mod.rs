@@ -317,6 +317,23 @@ thread_local! {
     static STORE_DOWN: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
     /// Set by a helper whose store failed under an `Allow` policy (it answered its neutral value).
     static DEGRADED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// True while a candidate rule set is simulated (shadow stage): every rule runs as in shadow.
+    static SIMULATING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Prefix of the counting helpers' keys while simulating, so a simulated candidate never
+    /// spends the stable set's rate limits or counters.
+    static KEY_NS: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// `key` under the simulation prefix, when one is set.
+fn ns_key(key: &str) -> std::borrow::Cow<'_, str> {
+    KEY_NS.with(|ns| {
+        let ns = ns.borrow();
+        if ns.is_empty() {
+            std::borrow::Cow::Borrowed(key)
+        } else {
+            std::borrow::Cow::Owned(format!("{ns}{key}"))
+        }
+    })
 }
 
 /// A helper's store answer, with the store's declared policy applied to failures (see the module
@@ -689,7 +706,7 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
             "rate_limit",
             "limits",
             policies.limits,
-            l.gcra(key, EVAL_NOW.with(|n| n.get()), rate, burst),
+            l.gcra(&ns_key(key), EVAL_NOW.with(|n| n.get()), rate, burst),
             crate::limits::Gcra {
                 allowed: true,
                 retry_after_ms: 0,
@@ -719,7 +736,7 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
                 "count",
                 "counters",
                 policies.counters,
-                l.incr(key, EVAL_NOW.with(|n| n.get()), window_ms, 1),
+                l.incr(&ns_key(key), EVAL_NOW.with(|n| n.get()), window_ms, 1),
                 0,
             )
         },
@@ -737,9 +754,9 @@ fn register_state_helpers(e: &mut rhai::Engine, st: RuleState) {
         "distinct",
         move |key: &str, item: &str, window_ms: i64| -> RhaiResult<i64> {
             let n = if item.is_empty() {
-                s.distinct.count(key, now(), window_ms)
+                s.distinct.count(&ns_key(key), now(), window_ms)
             } else {
-                s.distinct.add(key, item, now(), window_ms)
+                s.distinct.add(&ns_key(key), item, now(), window_ms)
             };
             by_policy("distinct", "distinct", s.policies.distinct, n, 0).map(|n| n as i64)
         },
@@ -1507,7 +1524,8 @@ impl RuleSet {
             LAST_RETRY.with(|r| r.set(0));
             STORE_DOWN.with(|d| d.set(None));
             DEGRADED.with(|d| d.set(false));
-            IN_SHADOW.with(|f| f.set(rule.meta.mode == Mode::Shadow));
+            IN_SHADOW
+                .with(|f| f.set(rule.meta.mode == Mode::Shadow || SIMULATING.with(|s| s.get())));
             let outcome = self.eval(rule, &mut scope);
             IN_SHADOW.with(|f| f.set(false));
             if DEGRADED.with(|d| d.get()) && rule.meta.mode == Mode::Enforce {
@@ -1565,6 +1583,7 @@ impl RuleSet {
                         action: *action,
                         code: *code,
                         reason: reason.clone(),
+                        version: None,
                     });
                 }
                 continue;
@@ -1599,6 +1618,47 @@ impl RuleSet {
             }
         }
         None
+    }
+
+    /// What this set would decide for `req` if it were enforced, without lasting effects: claims
+    /// only peek, reputation is not fed, and rate limits, counters and distinct counts use keys
+    /// under a prefix of their own (`sim:<version>:`). Returns the refusal (as a shadow hit
+    /// carrying this set's version; `None` = it would allow) and the number of rule failures.
+    pub fn simulate(&self, req: &Req) -> (Option<ShadowHit>, u64) {
+        struct Reset;
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                SIMULATING.with(|s| s.set(false));
+                KEY_NS.with(|ns| ns.borrow_mut().clear());
+            }
+        }
+        SIMULATING.with(|s| s.set(true));
+        KEY_NS.with(|ns| {
+            let mut ns = ns.borrow_mut();
+            ns.clear();
+            ns.push_str("sim:");
+            ns.push_str(&self.version[..self.version.len().min(12)]);
+            ns.push(':');
+        });
+        let _reset = Reset;
+        let mut session = RuleSession::default();
+        let verdict = [Tier::Edge, Tier::Gateway, Tier::Business]
+            .into_iter()
+            .find_map(|t| self.evaluate_tier(t, req, &mut session))
+            .or_else(|| self.finish(&mut session));
+        let hit = verdict.map(|v| ShadowHit {
+            tier: v.tier.unwrap_or("business").to_string(),
+            rule: v.rule.unwrap_or_default(),
+            action: v.action,
+            code: v.code,
+            reason: v
+                .reasons
+                .first()
+                .map(|r| r.message.clone())
+                .unwrap_or_default(),
+            version: Some(self.version.clone()),
+        });
+        (hit, session.errors)
     }
 
     /// After the business tier: the accumulated score against the thresholds.
@@ -1667,6 +1727,11 @@ impl LiveRules {
     /// Publishes a new set; returns the previous one.
     pub fn swap(&self, set: RuleSet) -> Arc<RuleSet> {
         self.current.swap(Arc::new(set))
+    }
+
+    /// Publishes a set that is already shared (e.g. a cached compiled version).
+    pub fn swap_arc(&self, set: Arc<RuleSet>) -> Arc<RuleSet> {
+        self.current.swap(set)
     }
 }
 
