@@ -51,6 +51,20 @@ fn main() {
         );
     }
     code.push_str("];\n");
+    // The repository's samples, so the regression endpoint has them on the embedded defaults.
+    let samples = root.join("samples");
+    println!("cargo:rerun-if-changed={}", samples.display());
+    let mut sample_files = Vec::new();
+    walk(&samples, &samples, &mut sample_files);
+    code.push_str("/// The default samples: (path relative to `rules/samples/`, text).\npub static DEFAULT_SAMPLES: &[(&str, &str)] = &[\n");
+    for (rel, path) in sample_files.iter().filter(|(r, _)| r.ends_with(".json")) {
+        let _ = writeln!(
+            code,
+            "    ({rel:?}, include_str!({:?})),",
+            path.display().to_string()
+        );
+    }
+    code.push_str("];\n");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR")).join("default_rules.rs");
     std::fs::write(out, code).expect("write default_rules.rs");
 }

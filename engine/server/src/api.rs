@@ -25,6 +25,10 @@ pub struct ApiError {
     pub status: u16,
     pub code: &'static str,
     pub message: String,
+    /// Extra data (e.g. located rule errors), under `error.details`.
+    pub details: Option<serde_json::Value>,
+    /// Sent as `Retry-After` (seconds, rounded up).
+    pub retry_after_ms: Option<i64>,
 }
 
 impl ApiError {
@@ -33,11 +37,27 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            details: None,
+            retry_after_ms: None,
         }
     }
 
+    pub fn with_details(mut self, details: serde_json::Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    pub fn with_retry_after(mut self, ms: i64) -> Self {
+        self.retry_after_ms = Some(ms);
+        self
+    }
+
     fn body(&self) -> serde_json::Value {
-        serde_json::json!({"error": {"code": self.code, "message": self.message}})
+        let mut e = serde_json::json!({"code": self.code, "message": self.message});
+        if let Some(d) = &self.details {
+            e["details"] = d.clone();
+        }
+        serde_json::json!({ "error": e })
     }
 }
 
@@ -46,7 +66,11 @@ impl ResponseError for ApiError {
         StatusCode::from_u16(self.status).unwrap_or(StatusCode::BAD_REQUEST)
     }
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status_code()).json(self.body())
+        let mut r = HttpResponse::build(self.status_code());
+        if let Some(ms) = self.retry_after_ms {
+            r.insert_header(("retry-after", ((ms.max(0) + 999) / 1000).to_string()));
+        }
+        r.json(self.body())
     }
 }
 
@@ -57,7 +81,7 @@ impl From<rampart_core::RequestError> for ApiError {
 }
 
 /// Maps a JSON parse error to a stable code.
-fn json_error(e: serde_json::Error) -> ApiError {
+pub(crate) fn json_error(e: serde_json::Error) -> ApiError {
     use serde_json::error::Category;
     let msg = e.to_string();
     if msg.contains("recursion limit") {
@@ -104,7 +128,7 @@ pub struct RulesetRef {
     pub arm: String,
 }
 
-async fn read_body(
+pub(crate) async fn read_body(
     rt: &Runtime,
     req: &HttpRequest,
     payload: web::Payload,
@@ -181,7 +205,7 @@ fn judge(rt: &Runtime, req: &DecideRequest, started: Instant) -> Result<Decision
         reasons: verdict.reasons.clone(),
         shadow: verdict.shadow.clone(),
         ruleset_version: version.clone(),
-        arm: "stable",
+        arm: verdict.arm.as_str(),
         latency_us,
         degraded: verdict.degraded,
         instance: rt.instance.clone(),
@@ -198,7 +222,7 @@ fn judge(rt: &Runtime, req: &DecideRequest, started: Instant) -> Result<Decision
         retry_after_ms: verdict.retry_after_ms,
         ruleset: RulesetRef {
             version,
-            arm: "stable".into(),
+            arm: verdict.arm.as_str().into(),
         },
         shadow: verdict.shadow,
         latency_us,
@@ -476,57 +500,11 @@ async fn metrics(rt: web::Data<Runtime>) -> HttpResponse {
         .body(rt.metrics.encode())
 }
 
-#[derive(Deserialize)]
-struct RecentQuery {
-    limit: Option<usize>,
-}
-
-/// The admin API answers loopback clients only until admin authentication exists.
-fn loopback_only(req: &HttpRequest) -> Result<(), ApiError> {
-    let local = req
-        .peer_addr()
-        .map(|a| a.ip().is_loopback())
-        .unwrap_or(false);
-    if local {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            403,
-            "FORBIDDEN",
-            "the admin API is served to loopback clients only until admin auth is configured",
-        ))
-    }
-}
-
-async fn recent(
-    rt: web::Data<Runtime>,
-    req: HttpRequest,
-    q: web::Query<RecentQuery>,
-) -> Result<HttpResponse, ApiError> {
-    loopback_only(&req)?;
-    let limit = q.limit.unwrap_or(100).min(1000);
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "decisions": rt.log.recent(limit) })))
-}
-
-/// `GET /admin/v1/decisions`: the decision explorer's query (ClickHouse or the local log).
-async fn decisions_query(
-    rt: web::Data<Runtime>,
-    req: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
-    query_endpoint(rt, req, false).await
-}
-
-/// `GET /admin/v1/stats`: time series, a breakdown and latency percentiles.
-async fn stats_query(rt: web::Data<Runtime>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    query_endpoint(rt, req, true).await
-}
-
-async fn query_endpoint(
+pub(crate) async fn query_endpoint(
     rt: web::Data<Runtime>,
     req: HttpRequest,
     stats: bool,
 ) -> Result<HttpResponse, ApiError> {
-    loopback_only(&req)?;
     let f = web::Query::<crate::query::Filter>::from_query(req.query_string())
         .map_err(|e| ApiError::new(400, "INVALID_QUERY", e.to_string()))?
         .into_inner();
@@ -563,58 +541,6 @@ async fn query_endpoint(
     }
 }
 
-/// Largest rule set upload accepted.
-const MAX_RULESET_BYTES: usize = 8 * 1024 * 1024;
-
-async fn ruleset_current(
-    rt: web::Data<Runtime>,
-    req: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
-    loopback_only(&req)?;
-    let set = rt.engine.rules().snapshot();
-    let (evaluations, errors) = set.counters();
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "version": set.version(),
-        "rules": set.rules(),
-        "evaluations": evaluations,
-        "errors": errors,
-    })))
-}
-
-#[derive(Deserialize)]
-struct RulesetUpload {
-    /// Path relative to the rule directory (`edge/x.rhai`, `lists/y.txt`) → file text.
-    files: std::collections::BTreeMap<String, String>,
-}
-
-async fn ruleset_upload(
-    rt: web::Data<Runtime>,
-    req: HttpRequest,
-    payload: web::Payload,
-) -> Result<HttpResponse, ApiError> {
-    loopback_only(&req)?;
-    let body = read_body(&rt, &req, payload, MAX_RULESET_BYTES).await?;
-    let upload: RulesetUpload = serde_json::from_slice(&body).map_err(json_error)?;
-    let sources: Vec<rampart_core::rules::Source> = upload
-        .files
-        .into_iter()
-        .map(|(path, text)| rampart_core::rules::Source { path, text })
-        .collect();
-    match rt.publish_rules(&sources) {
-        Ok(version) => Ok(HttpResponse::Ok().json(serde_json::json!({
-            "version": version,
-            "rules": rt.engine.rules().snapshot().rule_count(),
-        }))),
-        Err(errors) => Ok(HttpResponse::UnprocessableEntity().json(serde_json::json!({
-            "error": {
-                "code": "RULESET_INVALID",
-                "message": format!("{} problem(s); the live rule set is unchanged", errors.len()),
-                "details": errors,
-            }
-        }))),
-    }
-}
-
 async fn not_found(req: HttpRequest) -> HttpResponse {
     ApiError::new(
         404,
@@ -624,7 +550,7 @@ async fn not_found(req: HttpRequest) -> HttpResponse {
     .error_response()
 }
 
-async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
+pub(crate) async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
     ApiError::new(
         405,
         "METHOD_NOT_ALLOWED",
@@ -683,24 +609,7 @@ pub fn configure(rt: Arc<Runtime>) -> impl FnOnce(&mut web::ServiceConfig) {
             .service(get_only("/healthz", web::get().to(healthz)))
             .service(get_only("/readyz", web::get().to(readyz)))
             .service(get_only("/metrics", web::get().to(metrics)))
-            .service(get_only(
-                "/admin/v1/decisions/recent",
-                web::get().to(recent),
-            ))
-            .service(get_only(
-                "/admin/v1/decisions",
-                web::get().to(decisions_query),
-            ))
-            .service(get_only("/admin/v1/stats", web::get().to(stats_query)))
-            .service(get_only(
-                "/admin/v1/rulesets/current",
-                web::get().to(ruleset_current),
-            ))
-            .service(
-                web::resource("/admin/v1/rulesets")
-                    .route(web::post().to(ruleset_upload))
-                    .default_service(web::to(method_not_allowed)),
-            )
+            .configure(crate::admin::configure)
             .default_service(web::to(not_found));
     }
 }

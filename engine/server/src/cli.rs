@@ -46,6 +46,9 @@ enum Cmd {
         #[arg(long, env = "RAMPART_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Read a password on stdin (one line) and print its argon2id hash for `[[admin.users]]
+    /// password_hash`.
+    HashPassword,
 }
 
 #[derive(clap::Args)]
@@ -111,6 +114,7 @@ pub fn run() -> ExitCode {
         Cmd::Check { config } => check(config),
         Cmd::Regress(args) => crate::regress_cmd::run(*args),
         Cmd::Migrate { config } => migrate(config),
+        Cmd::HashPassword => hash_password(),
         Cmd::Sign(args) => match sign_cmd(*args) {
             Ok(out) => {
                 println!("{out}");
@@ -187,6 +191,29 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
     }
 }
 
+fn hash_password() -> ExitCode {
+    let mut line = String::new();
+    if std::io::stdin().read_line(&mut line).is_err() {
+        eprintln!("rampart hash-password: cannot read stdin");
+        return ExitCode::from(2);
+    }
+    let pw = line.trim_end_matches(['\r', '\n']);
+    if pw.len() < 8 {
+        eprintln!("rampart hash-password: a password of at least 8 characters, please");
+        return ExitCode::from(2);
+    }
+    match crate::control::auth::hash_password(pw) {
+        Ok(h) => {
+            println!("{h}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rampart hash-password: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn migrate(config: Option<PathBuf>) -> ExitCode {
     let v = match load(config.as_deref()) {
         Ok(v) => v,
@@ -223,16 +250,7 @@ fn migrate(config: Option<PathBuf>) -> ExitCode {
 }
 
 fn init_logging(v: &Validated) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&v.raw.log.level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if v.raw.log.format == "json" {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
+    crate::logging::init(&v.raw.log.level, v.raw.log.format == "json");
 }
 
 fn check(config: Option<PathBuf>) -> ExitCode {

@@ -14,8 +14,9 @@ use serde::Deserialize;
 pub const DEMO_SECRET: &str = "demo-secret";
 
 /// Sections that `RAMPART_<SECTION>_<KEY>` may override (longest match first).
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 7] = [
     "decision_log",
+    "admin",
     "fingerprint",
     "server",
     "state",
@@ -45,6 +46,213 @@ pub struct Config {
     pub rules: RulesConfig,
     #[serde(default)]
     pub log: LogConfig,
+    #[serde(default)]
+    pub admin: AdminConfig,
+}
+
+/// `[admin]`: who may use the admin API and the console, and how rollouts are guarded.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Where versions, the rollout state, lists and the audit log live with local state.
+    /// Absent = `control` beside `[decision_log] dir` (`rampart-data/control` by default).
+    pub state_dir: Option<PathBuf>,
+    pub users: Vec<AdminUser>,
+    pub tokens: Vec<AdminToken>,
+    pub session_ttl_ms: i64,
+    /// Mark the session cookie `Secure` (browsers still send it to `http://localhost`).
+    pub cookie_secure: bool,
+    pub login_max_failures: u32,
+    pub login_lockout_ms: i64,
+    /// How often an instance looks for changes made on other instances.
+    pub poll_ms: u64,
+    pub canary_min_samples: u64,
+    pub canary_max_refusal_increase: f64,
+    pub canary_max_error_increase: f64,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            state_dir: None,
+            users: Vec::new(),
+            tokens: Vec::new(),
+            session_ttl_ms: 8 * 3_600_000,
+            cookie_secure: true,
+            login_max_failures: 5,
+            login_lockout_ms: 300_000,
+            poll_ms: 500,
+            canary_min_samples: 200,
+            canary_max_refusal_increase: 0.05,
+            canary_max_error_increase: 0.01,
+        }
+    }
+}
+
+/// `[[admin.users]]`.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminUser {
+    pub name: String,
+    pub role: crate::control::auth::Role,
+    /// PHC-format argon2 hash (`rampart hash-password`).
+    pub password_hash: String,
+}
+
+impl std::fmt::Debug for AdminUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminUser")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `[[admin.tokens]]`: API tokens for pipelines.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminToken {
+    pub name: String,
+    pub role: crate::control::auth::Role,
+    /// Lower-case hex SHA-256 of the token.
+    #[serde(default)]
+    pub token_sha256: Option<String>,
+    /// Or: the environment variable holding the token itself.
+    #[serde(default)]
+    pub token_env: Option<String>,
+}
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminToken")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .field("token_env", &self.token_env)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AdminConfig {
+    /// The configured identities, with token hashes resolved (checked by `validate`).
+    pub fn identities(&self) -> crate::control::auth::Identities {
+        use crate::control::auth::{Identities, Token, User};
+        use sha2::Digest;
+        Identities {
+            users: self
+                .users
+                .iter()
+                .map(|u| {
+                    (
+                        u.name.clone(),
+                        User {
+                            name: u.name.clone(),
+                            role: u.role,
+                            password_hash: u.password_hash.clone(),
+                        },
+                    )
+                })
+                .collect(),
+            tokens: self
+                .tokens
+                .iter()
+                .filter_map(|t| {
+                    let sha256: [u8; 32] = match (&t.token_sha256, &t.token_env) {
+                        (Some(h), _) => hex::decode(h).ok()?.try_into().ok()?,
+                        (None, Some(env)) => {
+                            sha2::Sha256::digest(std::env::var(env).ok()?.as_bytes()).into()
+                        }
+                        (None, None) => return None,
+                    };
+                    Some(Token {
+                        name: t.name.clone(),
+                        role: t.role,
+                        sha256,
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    fn check(&self, errs: &mut Vec<String>) {
+        let mut names = std::collections::HashSet::new();
+        for u in &self.users {
+            if !crate::control::auth::valid_user_name(&u.name) {
+                errs.push(format!(
+                    "admin.users: name {:?} must be 1–64 of [A-Za-z0-9-_@+]",
+                    u.name
+                ));
+            }
+            if !names.insert(u.name.clone()) {
+                errs.push(format!("admin.users: {:?} appears twice", u.name));
+            }
+            if let Err(e) = crate::control::auth::check_hash(&u.password_hash) {
+                errs.push(format!(
+                    "admin.users {:?}: password_hash is not an argon2 PHC string ({e}); make one with `rampart hash-password`",
+                    u.name
+                ));
+            }
+        }
+        for t in &self.tokens {
+            if !crate::control::auth::valid_user_name(&t.name) || !names.insert(t.name.clone()) {
+                errs.push(format!(
+                    "admin.tokens: name {:?} must be 1–64 of [A-Za-z0-9-_@+] and differ from every user and token",
+                    t.name
+                ));
+            }
+            match (&t.token_sha256, &t.token_env) {
+                (Some(h), None) => {
+                    if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        errs.push(format!(
+                            "admin.tokens {:?}: token_sha256 must be 64 hex characters",
+                            t.name
+                        ));
+                    }
+                }
+                (None, Some(env)) => match std::env::var(env) {
+                    Ok(v) if v.len() >= 16 => {}
+                    Ok(_) => errs.push(format!(
+                        "admin.tokens {:?}: the token in {env} must be at least 16 characters",
+                        t.name
+                    )),
+                    Err(_) => errs.push(format!(
+                        "admin.tokens {:?}: environment variable {env} is not set",
+                        t.name
+                    )),
+                },
+                _ => errs.push(format!(
+                    "admin.tokens {:?}: give exactly one of token_sha256 and token_env",
+                    t.name
+                )),
+            }
+        }
+        if self.session_ttl_ms < 60_000 || self.session_ttl_ms > 30 * 86_400_000 {
+            errs.push("admin.session_ttl_ms must be between 60000 (1 min) and 30 days".into());
+        }
+        if self.login_max_failures == 0 || self.login_lockout_ms < 1000 {
+            errs.push(
+                "admin.login_max_failures must be ≥ 1 and admin.login_lockout_ms ≥ 1000".into(),
+            );
+        }
+        if !(50..=60_000).contains(&self.poll_ms) {
+            errs.push("admin.poll_ms must be 50–60000".into());
+        }
+        if self.canary_min_samples == 0 {
+            errs.push("admin.canary_min_samples must be ≥ 1".into());
+        }
+        for (k, v) in [
+            (
+                "canary_max_refusal_increase",
+                self.canary_max_refusal_increase,
+            ),
+            ("canary_max_error_increase", self.canary_max_error_increase),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                errs.push(format!(
+                    "admin.{k} must be between 0 and 1 (a rate difference)"
+                ));
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -349,6 +557,8 @@ pub struct RulesConfig {
     pub dir: Option<PathBuf>,
     /// Without `dir`: run the default rule set built into the binary (the repository's `rules/`).
     pub defaults: bool,
+    /// Samples the regression endpoint uses; absent = `<dir>/samples`, else the built-in ones.
+    pub samples_dir: Option<PathBuf>,
     /// Reputation (fed by gateway/business refusals and replays) is summed over this window.
     pub reputation_window_ms: i64,
     /// Watch `dir` and swap in a new set when its files change (a failed compile keeps the old).
@@ -371,6 +581,7 @@ impl Default for RulesConfig {
         RulesConfig {
             dir: None,
             defaults: true,
+            samples_dir: None,
             reputation_window_ms: 3_600_000,
             reload: true,
             reload_interval_ms: 1000,
@@ -461,6 +672,7 @@ impl Config {
             decision_log: DecisionLogConfig::default(),
             rules: RulesConfig::default(),
             log: LogConfig::default(),
+            admin: AdminConfig::default(),
         }
     }
 
@@ -780,6 +992,7 @@ impl Config {
         if !["json", "text"].contains(&self.log.format.as_str()) {
             errs.push("log.format must be \"json\" or \"text\"".into());
         }
+        self.admin.check(&mut errs);
 
         if !errs.is_empty() {
             return Err(ConfigError::Invalid(errs));
@@ -790,6 +1003,19 @@ impl Config {
             apps,
             filter,
             retention_ms: retention,
+        })
+    }
+}
+
+impl Config {
+    /// The control plane's directory (see [`AdminConfig::state_dir`]).
+    pub fn control_dir(&self) -> PathBuf {
+        self.admin.state_dir.clone().unwrap_or_else(|| {
+            self.decision_log
+                .dir
+                .parent()
+                .map(|p| p.join("control"))
+                .unwrap_or_else(|| PathBuf::from("control"))
         })
     }
 }

@@ -1,12 +1,15 @@
 //! The Rampart engine server: configuration, HTTP API (actix-web), metrics, decision log and CLI.
 //! The decision path itself lives in `rampart-core`.
 
+pub mod admin;
 pub mod api;
 pub mod chlog;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod control;
 pub mod declog;
+pub mod logging;
 pub mod metrics;
 pub mod query;
 pub mod redis_state;

@@ -46,6 +46,10 @@ pub struct Metrics {
     filter_overload_events: Counter,
     pub ruleset_swaps: Counter,
     pub ruleset_rejected: Counter,
+    /// Canaries rolled back automatically.
+    pub rollbacks: Counter,
+    /// Admin calls refused for missing or wrong credentials (including throttled logins).
+    pub auth_failures: Counter,
     ruleset_rules: Gauge,
     rule_evaluations: Gauge,
     rule_errors: Gauge,
@@ -283,6 +287,18 @@ impl Metrics {
             "Rule sets refused by validation (the live set stayed)",
             ruleset_rejected.clone(),
         );
+        let rollbacks = Counter::default();
+        registry.register(
+            "rollout_auto_rollbacks",
+            "Canaries rolled back automatically because they departed from stable",
+            rollbacks.clone(),
+        );
+        let auth_failures = Counter::default();
+        registry.register(
+            "admin_auth_failures",
+            "Admin calls refused for missing or wrong credentials, and throttled logins",
+            auth_failures.clone(),
+        );
         registry.register(
             "ruleset_rules",
             "Rules in the live set",
@@ -336,6 +352,8 @@ impl Metrics {
             filter_overload_events,
             ruleset_swaps,
             ruleset_rejected,
+            rollbacks,
+            auth_failures,
             ruleset_rules,
             rule_evaluations,
             rule_errors,

@@ -88,11 +88,11 @@ pub struct Runtime {
     pub rule_state: RuleState,
     stop: AtomicBool,
     maintenance: Mutex<Option<JoinHandle<()>>>,
-    /// Serialises rule set publication (directory reloads and uploads).
-    publish: Mutex<()>,
     /// The Redis client and nonce store, with `[state] backend = "redis"`.
     pub redis: Option<Arc<Redis>>,
     redis_nonces: Option<Arc<RedisNonces>>,
+    /// Versions, rollout, lists, audit and admin identities.
+    pub control: crate::control::Control,
 }
 
 /// Why the engine could not start.
@@ -106,6 +106,8 @@ pub enum StartError {
     Redis(String),
     #[error("the rule set in {dir} is invalid:\n  {}", .errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n  "))]
     Rules { dir: String, errors: Vec<RuleError> },
+    #[error("admin: {0}")]
+    Control(String),
 }
 
 /// Compiles the rule set configured in `[rules] dir` (the empty set when there is none).
@@ -122,6 +124,11 @@ pub fn default_rules() -> Vec<Source> {
             text: (*text).into(),
         })
         .collect()
+}
+
+/// The sample set built into the binary (`rules/samples/`).
+pub fn default_samples() -> &'static [(&'static str, &'static str)] {
+    embedded::DEFAULT_SAMPLES
 }
 
 pub fn load_rules(cfg: &Validated, state: &RuleState) -> Result<RuleSet, StartError> {
@@ -251,6 +258,7 @@ impl Runtime {
         } else {
             cfg.raw.server.instance.as_str().into()
         };
+        let control = build_control(&cfg, redis.as_ref())?;
         let s = &cfg.raw.server;
         let limits = Limits {
             max_body_bytes: s.max_body_bytes,
@@ -269,36 +277,43 @@ impl Runtime {
             rule_state,
             stop: AtomicBool::new(false),
             maintenance: Mutex::new(None),
-            publish: Mutex::new(()),
             redis,
             redis_nonces,
+            control,
         });
         rt.engine.maintain(now_ms());
+        rt.import_rules();
         rt.refresh_gauges();
         Ok(rt)
     }
 
-    /// Compiles `sources` as a whole and, only if every file is valid, makes it the live set.
-    /// Returns the new version, or every located failure (the live set is unchanged).
-    pub fn publish_rules(&self, sources: &[Source]) -> Result<String, Vec<RuleError>> {
-        let _guard = self.publish.lock().unwrap_or_else(|e| e.into_inner());
-        match RuleSet::compile(sources, self.config.raw.rules.settings(), &self.rule_state) {
-            Ok(set) => {
-                let version = set.version().to_string();
-                let old = self.engine.rules().swap(set);
-                self.metrics.ruleset_swaps.inc();
-                tracing::info!(from = old.version(), to = %version, "rule set published");
-                Ok(version)
-            }
-            Err(errors) => {
-                self.metrics.ruleset_rejected.inc();
-                tracing::warn!(
-                    problems = errors.len(),
-                    first = %errors[0],
-                    "rule set rejected; the live set is unchanged"
-                );
-                Err(errors)
-            }
+    /// Records the configured rule set (directory or built-in) as a version and applies the
+    /// stored rollout state: the stable version kept in the control store wins over the built-in
+    /// set; a rule directory whose content changed since its last import becomes stable.
+    fn import_rules(&self) {
+        let r = &self.config.raw.rules;
+        let imported = match (&r.dir, r.defaults) {
+            (Some(dir), _) => match crate::rules_dir::read_sources(dir) {
+                Ok(sources) => self.control.import(self, &sources, "rules-dir", true),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the rule directory");
+                    Ok(())
+                }
+            },
+            (None, true) => self
+                .control
+                .import(self, &default_rules(), "built-in", false),
+            (None, false) => match self.control.store.load() {
+                Ok(s) => self.control.apply(self, &s),
+                Err(e) => Err(crate::api::ApiError::new(
+                    503,
+                    "CONTROL_UNAVAILABLE",
+                    e.to_string(),
+                )),
+            },
+        };
+        if let Err(e) = imported {
+            tracing::warn!(error = %e.message, code = e.code, "cannot record the rule set in the control store yet; running the configured set");
         }
     }
 
@@ -311,7 +326,9 @@ impl Runtime {
         if sig != last {
             match crate::rules_dir::read_sources(dir) {
                 Ok(sources) => {
-                    let _ = self.publish_rules(&sources);
+                    if let Err(e) = self.control.import(self, &sources, "rules-dir", true) {
+                        tracing::warn!(error = %e.message, code = e.code, "rule directory change not applied; the live set is unchanged");
+                    }
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot read the rule directory"),
             }
@@ -330,6 +347,8 @@ impl Runtime {
             .name("maintenance".into())
             .spawn(move || {
                 let mut last_stats = std::time::Instant::now();
+                let mut last_poll = std::time::Instant::now();
+                let poll_every = Duration::from_millis(rt.config.raw.admin.poll_ms);
                 let mut last_reload = std::time::Instant::now();
                 let mut sig = rt
                     .config
@@ -347,6 +366,10 @@ impl Runtime {
                         rt.sample_shared_filter(now);
                         rt.refresh_gauges();
                         last_stats = std::time::Instant::now();
+                    }
+                    if last_poll.elapsed() >= poll_every {
+                        rt.control.poll(&rt);
+                        last_poll = std::time::Instant::now();
                     }
                     if watch && last_reload.elapsed() >= reload_every {
                         sig = rt.reload_if_changed(sig);
@@ -420,6 +443,78 @@ impl Runtime {
         }
         self.log.shutdown();
     }
+}
+
+/// The control plane: the store (Redis in Redis mode, else files), the identities (a bootstrap
+/// `admin` when none are configured), the session key.
+fn build_control(
+    cfg: &Validated,
+    redis: Option<&Arc<Redis>>,
+) -> Result<crate::control::Control, StartError> {
+    use crate::control::store::{ControlStore, FileStore, RedisStore};
+    let a = &cfg.raw.admin;
+    let dir = cfg.raw.control_dir();
+    let store: Arc<dyn ControlStore> = match redis {
+        Some(r) => Arc::new(RedisStore::new(r.clone())),
+        None => Arc::new(FileStore::open(&dir).map_err(|e| StartError::Control(e.to_string()))?),
+    };
+    let mut ids = a.identities();
+    if ids.users.is_empty() && ids.tokens.is_empty() {
+        let (user, file) = bootstrap_admin(&dir).map_err(StartError::Control)?;
+        tracing::warn!(
+            file = %file.display(),
+            "no [admin] users configured: user \"admin\" (role admin) can log in with the password in this file; configure [[admin.users]] for real use"
+        );
+        ids.users.insert(user.name.clone(), user);
+    }
+    match crate::control::Control::new(store.clone(), ids, a) {
+        Ok(c) => Ok(c),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the shared session key yet; sessions from this instance are valid here only until it restarts");
+            let mut ids = a.identities();
+            if ids.users.is_empty() && ids.tokens.is_empty() {
+                let (user, _) = bootstrap_admin(&dir).map_err(StartError::Control)?;
+                ids.users.insert(user.name.clone(), user);
+            }
+            crate::control::Control::with_key(store, ids, a, random_key())
+                .map_err(StartError::Control)
+        }
+    }
+}
+
+fn random_key() -> Vec<u8> {
+    let mut k = [0u8; 32];
+    let _ = getrandom::getrandom(&mut k);
+    k.to_vec()
+}
+
+/// The bootstrap `admin` user: its password is generated once into
+/// `<state_dir>/initial-admin-password` (owner-only) and kept there across restarts.
+fn bootstrap_admin(
+    dir: &std::path::Path,
+) -> Result<(crate::control::auth::User, std::path::PathBuf), String> {
+    let file = dir.join("initial-admin-password");
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let password = match std::fs::read_to_string(&file) {
+        Ok(p) if p.trim().len() >= 12 => p.trim().to_string(),
+        _ => {
+            let mut b = [0u8; 12];
+            getrandom::getrandom(&mut b).map_err(|e| e.to_string())?;
+            let p = hex::encode(b);
+            crate::control::store::write_private(&file, format!("{p}\n").as_bytes())
+                .map_err(|e| format!("{}: {e}", file.display()))?;
+            p
+        }
+    };
+    let password_hash = crate::control::auth::hash_password(&password)?;
+    Ok((
+        crate::control::auth::User {
+            name: "admin".into(),
+            role: crate::control::auth::Role::Admin,
+            password_hash,
+        },
+        file,
+    ))
 }
 
 fn host_name() -> String {

@@ -27,8 +27,12 @@ fn runtime(tag: &str, extra: &str) -> Arc<Runtime> {
         format!(
             "[[apps]]\nid = \"shop\"\nsecret = \"s3cret\"\nwindow_ms = 5000\n\
              [state]\nexpected_rps = 10000\n\
-             [decision_log]\ndir = \"{}\"\n{extra}",
-            dir.join("log").display()
+             [decision_log]\ndir = \"{}\"\n\
+             [admin]\nstate_dir = \"{}\"\n\
+             [[admin.tokens]]\nname = \"ci\"\nrole = \"author\"\ntoken_sha256 = \"820753da26c7558d99c3756977b0c6db6222ffcd9da340181a3ccdb7ca32eafe\"\n\
+             [[admin.tokens]]\nname = \"lead\"\nrole = \"admin\"\ntoken_sha256 = \"ab082793eac3b93eee18fcefcb2ea452dc6434e11d463401daadafca8959cc9f\"\n{extra}",
+            dir.join("log").display(),
+            dir.join("control").display()
         ),
     )
     .unwrap();
@@ -68,6 +72,57 @@ macro_rules! app {
     ($rt:expr) => {
         test::init_service(App::new().configure(rampart::api::configure($rt.clone()))).await
     };
+}
+
+/// API tokens of the test runtime: `ci` (author) and `lead` (admin).
+const AUTHOR: &str = "Bearer test-author-token-0001";
+const LEAD: &str = "Bearer test-approver-token-01";
+
+/// Uploads a rule set as `ci`, stages it in shadow, and has `lead` approve it: it is then stable.
+async fn publish(
+    app: &impl actix_web::dev::Service<
+        actix_http::Request,
+        Response = actix_web::dev::ServiceResponse,
+        Error = actix_web::Error,
+    >,
+    files: Value,
+) -> String {
+    let call = |path: &str, auth: &str, body: Value| {
+        test::TestRequest::post()
+            .uri(path)
+            .insert_header(("authorization", auth.to_string()))
+            .set_payload(body.to_string())
+            .to_request()
+    };
+    let resp = test::call_service(
+        app,
+        call("/admin/v1/rulesets", AUTHOR, json!({ "files": files })),
+    )
+    .await;
+    assert_eq!(resp.status().as_u16(), 201);
+    let body: Value = test::read_body_json(resp).await;
+    let version = body["version"].as_str().unwrap().to_string();
+    let resp = test::call_service(
+        app,
+        call(
+            "/admin/v1/rollout",
+            AUTHOR,
+            json!({ "version": version, "stage": "shadow" }),
+        ),
+    )
+    .await;
+    assert_eq!(resp.status().as_u16(), 200);
+    let resp = test::call_service(
+        app,
+        call(
+            "/admin/v1/rollout/approve",
+            LEAD,
+            json!({ "version": version }),
+        ),
+    )
+    .await;
+    assert_eq!(resp.status().as_u16(), 200);
+    version
 }
 
 async fn post(
@@ -333,7 +388,7 @@ async fn time_health_ready_metrics_recent_and_log() {
 
     let local = test::TestRequest::get()
         .uri("/admin/v1/decisions/recent?limit=10")
-        .peer_addr("127.0.0.1:5555".parse().unwrap())
+        .insert_header(("authorization", AUTHOR))
         .to_request();
     rt.log.flush();
     let recent: Value = test::call_and_read_body_json(&app, local).await;
@@ -341,13 +396,12 @@ async fn time_health_ready_metrics_recent_and_log() {
     assert_eq!(ds.len(), 2);
     assert_eq!(ds[0]["code"], "REPLAY_DUPLICATE", "newest first");
     assert_eq!(ds[1]["user"], "42");
-    let remote = test::TestRequest::get()
+    let anonymous = test::TestRequest::get()
         .uri("/admin/v1/decisions/recent")
-        .peer_addr("192.0.2.1:5555".parse().unwrap())
         .to_request();
     assert_eq!(
-        test::call_service(&app, remote).await.status().as_u16(),
-        403
+        test::call_service(&app, anonymous).await.status().as_u16(),
+        401
     );
 
     // Every decision is in the local log.
@@ -369,7 +423,7 @@ async fn time_health_ready_metrics_recent_and_log() {
 async fn rule_set_upload_validates_swaps_and_reports_located_errors() {
     let rt = runtime("rules", "");
     let app = app!(rt);
-    let local = |req: test::TestRequest| req.peer_addr("127.0.0.1:5555".parse().unwrap());
+    let local = |req: test::TestRequest| req.insert_header(("authorization", AUTHOR));
     let upload = |files: Value| {
         local(test::TestRequest::post().uri("/admin/v1/rulesets"))
             .set_payload(json!({ "files": files }).to_string())
@@ -380,11 +434,14 @@ async fn rule_set_upload_validates_swaps_and_reports_located_errors() {
         "edge/block.rhai": format!("{}if req.ip == \"203.0.113.7\" {{ deny(\"blocked\") }}", meta.replace("{n}", "block")),
         "business/shadow.rhai": format!("//! mode: shadow\n{}review(\"would review\")", meta.replace("{n}", "watch")),
     });
+    let version = publish(&app, good.clone()).await;
+    // The same content again is the same version, not a new one.
     let resp = test::call_service(&app, upload(good)).await;
     assert_eq!(resp.status().as_u16(), 200);
     let body: Value = test::read_body_json(resp).await;
-    let version = body["version"].as_str().unwrap().to_string();
-    assert_eq!(body["rules"], 2);
+    assert_eq!(body["version"], version.as_str());
+    assert_eq!(body["meta"]["rules"], 2);
+    assert_eq!(body["created"], false);
 
     // A broken set: every problem located, the live set unchanged.
     let broken = json!({
@@ -432,15 +489,22 @@ async fn rule_set_upload_validates_swaps_and_reports_located_errors() {
     );
     assert_eq!(d["status"], 403);
 
-    // Not from elsewhere.
-    let remote = test::TestRequest::get()
+    // Not without credentials, nor with a wrong token.
+    let anonymous = test::TestRequest::get()
         .uri("/admin/v1/rulesets/current")
-        .peer_addr("192.0.2.1:5555".parse().unwrap())
         .to_request();
     assert_eq!(
-        test::call_service(&app, remote).await.status().as_u16(),
-        403
+        test::call_service(&app, anonymous).await.status().as_u16(),
+        401
     );
+    let wrong = test::TestRequest::get()
+        .uri("/admin/v1/rulesets/current")
+        .insert_header(("authorization", "Bearer not-a-token-at-all"))
+        .to_request();
+    let resp = test::call_service(&app, wrong).await;
+    assert_eq!(resp.status().as_u16(), 401);
+    let body: Value = test::read_body_json(resp).await;
+    assert_eq!(body["error"]["code"], "UNAUTHENTICATED");
 }
 
 #[actix_web::test]
@@ -451,15 +515,11 @@ async fn outcomes_feed_the_routes_circuit_breaker() {
     let rule = format!(
         "{meta}if circuit_open(req, #{{min_requests: 5, error_ratio: 0.5, open_ms: 60000}}) {{ deny(\"CIRCUIT_OPEN\", \"payment backend failing\") }}"
     );
-    let upload = test::TestRequest::post()
-        .uri("/admin/v1/rulesets")
-        .peer_addr("127.0.0.1:5555".parse().unwrap())
-        .set_payload(json!({"files": {"gateway/breaker.rhai": rule}}).to_string())
-        .to_request();
-    assert_eq!(
-        test::call_service(&app, upload).await.status().as_u16(),
-        200
-    );
+    publish(
+        &app,
+        json!({"files": {"gateway/breaker.rhai": rule}})["files"].clone(),
+    )
+    .await;
     let now = rampart::clock::now_ms();
     let (_, d) = post(
         &app,

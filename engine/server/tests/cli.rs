@@ -296,8 +296,31 @@ fn write_rules(dir: &Path, files: &[(&str, String)]) {
     }
 }
 
+/// API tokens the hot-swap test configures: `ci` (author) and `lead` (approver).
+const AUTHOR: &str = "Bearer cli-author-token-0001";
+const LEAD: &str = "Bearer cli-approver-token-01";
+const TOKENS: &str = "[[admin.tokens]]\nname = \"ci\"\nrole = \"author\"\ntoken_sha256 = \"41b4bdf0620ae5db330250b7610594f15cb08f90f16eacd24f850b3db4b4c815\"\n\
+                      [[admin.tokens]]\nname = \"lead\"\nrole = \"approver\"\ntoken_sha256 = \"0e3451926b3109d654fad18f3942b8f175b77c1525fc0602b907e23343e9e4fa\"\n";
+
+fn admin_post(url: &str, auth: &str, body: &Value) -> (u16, Value) {
+    let mut r = agent()
+        .post(url)
+        .header("authorization", auth)
+        .send(body.to_string().as_str())
+        .unwrap();
+    let status = r.status().as_u16();
+    (
+        status,
+        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap(),
+    )
+}
+
 fn get_json(url: &str) -> Value {
-    let mut r = agent().get(url).call().unwrap();
+    let mut r = agent()
+        .get(url)
+        .header("authorization", LEAD)
+        .call()
+        .unwrap();
     serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap()
 }
 
@@ -336,7 +359,7 @@ fn hot_swap_under_concurrent_load_fails_no_request_and_the_directory_reloads() {
         "c.toml",
         &format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\n[[apps]]\nid = \"demo\"\nsecret = \"swap-secret\"\nwindow_ms = 60000\n\
-             [rules]\ndir = \"{}\"\nreload_interval_ms = 200\n[decision_log]\ndir = \"{}\"\n",
+             [rules]\ndir = \"{}\"\nreload_interval_ms = 200\n[decision_log]\ndir = \"{}\"\n{TOKENS}",
             rules.display(),
             d.join("log").display()
         ),
@@ -379,8 +402,8 @@ fn hot_swap_under_concurrent_load_fails_no_request_and_the_directory_reloads() {
         })
         .collect();
 
-    // 50 swaps through the admin API while the load runs; every other one is broken.
-    let a = agent();
+    // 50 swaps through the admin API while the load runs (upload, shadow, approval by a second
+    // person); every other upload is broken.
     let mut published = 0;
     for i in 0..50 {
         let files = if i % 2 == 0 {
@@ -388,12 +411,25 @@ fn hot_swap_under_concurrent_load_fails_no_request_and_the_directory_reloads() {
         } else {
             serde_json::json!({"files": {"edge/a.rhai": rule_file("broken", "if {")}})
         };
-        let r = a
-            .post(&format!("{base}/admin/v1/rulesets"))
-            .send(files.to_string().as_str())
-            .unwrap();
-        assert_eq!(r.status(), if i % 2 == 0 { 200 } else { 422 });
-        published += (i % 2 == 0) as u32;
+        let (st, v) = admin_post(&format!("{base}/admin/v1/rulesets"), AUTHOR, &files);
+        assert_eq!(st, if i % 2 == 0 { 201 } else { 422 }, "{v}");
+        if i % 2 == 0 {
+            let version = v["version"].clone();
+            let (st, v) = admin_post(
+                &format!("{base}/admin/v1/rollout"),
+                AUTHOR,
+                &serde_json::json!({"version": version, "stage": "shadow"}),
+            );
+            assert_eq!(st, 200, "{v}");
+            let (st, v) = admin_post(
+                &format!("{base}/admin/v1/rollout/approve"),
+                LEAD,
+                &serde_json::json!({ "version": version }),
+            );
+            assert_eq!(st, 200, "{v}");
+            assert_eq!(v["stable"], version);
+            published += 1;
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

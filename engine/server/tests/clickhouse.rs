@@ -241,23 +241,13 @@ fn odd_caller_values_are_cut_and_never_fail_a_batch() {
     }
 }
 
-fn get(url: &str) -> (u16, Value) {
-    let mut r = support::agent().get(url).call().unwrap();
-    let st = r.status().as_u16();
-    (
-        st,
-        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap(),
-    )
-}
-
 /// Every decision in the range, page by page through the explorer's cursor.
 fn all_pages(engine: &Engine, filter: &str) -> Vec<Value> {
     let mut out = Vec::new();
     let mut cursor = String::new();
     loop {
-        let (st, v) = get(&format!(
-            "{}/admin/v1/decisions?from=0&limit=1000{filter}{cursor}",
-            engine.base
+        let (st, v) = engine.admin_get(&format!(
+            "/admin/v1/decisions?from=0&limit=1000{filter}{cursor}"
         ));
         assert_eq!(st, 200, "{v}");
         out.extend(v["decisions"].as_array().unwrap().iter().cloned());
@@ -286,7 +276,7 @@ fn check_queries(engine: &Engine, served: usize) {
     assert!(r["reasons"].is_array() && r["degraded"].is_boolean(), "{r}");
     assert_eq!(all_pages(engine, "&action=deny").len(), 0);
     assert_eq!(all_pages(engine, "&app=other").len(), 0);
-    let (st, v) = get(&format!("{}/admin/v1/stats?from=0&by=code", engine.base));
+    let (st, v) = engine.admin_get("/admin/v1/stats?from=0&by=code");
     assert_eq!(st, 200, "{v}");
     let total: u64 = v["series"]
         .as_array()
@@ -306,8 +296,8 @@ fn check_queries(engine: &Engine, served: usize) {
         "from=5&to=1",
         "nope=1",
     ] {
-        let (st, v) = get(&format!("{}/admin/v1/decisions?{bad}", engine.base));
-        let (st2, _) = get(&format!("{}/admin/v1/stats?{bad}", engine.base));
+        let (st, v) = engine.admin_get(&format!("/admin/v1/decisions?{bad}"));
+        let (st2, _) = engine.admin_get(&format!("/admin/v1/stats?{bad}"));
         assert_eq!((st, st2), (400, 400), "{bad}: {v}");
         assert_eq!(v["error"]["code"], "INVALID_QUERY");
     }

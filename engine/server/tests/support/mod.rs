@@ -337,6 +337,8 @@ impl Drop for ClickHouseServer {
 pub struct Engine {
     child: Child,
     pub base: String,
+    /// This engine's control directory (`RAMPART_ADMIN_STATE_DIR`).
+    pub control: PathBuf,
 }
 
 impl Drop for Engine {
@@ -371,8 +373,10 @@ impl Engine {
         )
         .unwrap();
         let stderr = std::fs::File::create(dir.join(format!("{name}.stderr"))).unwrap();
+        let control = dir.join(format!("{name}-control"));
         let child = Command::new(BIN)
             .args(["serve", "--config", cfg.to_str().unwrap()])
+            .env("RAMPART_ADMIN_STATE_DIR", &control)
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
@@ -380,6 +384,7 @@ impl Engine {
         let e = Engine {
             child,
             base: format!("http://127.0.0.1:{port}"),
+            control,
         };
         let a = agent();
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -444,6 +449,30 @@ impl Engine {
     /// POST /v1/decide; the HTTP status and the answer.
     pub fn decide(&self, body: &Value) -> (u16, Value) {
         post(&format!("{}/v1/decide", self.base), body)
+    }
+
+    /// `Authorization` for the bootstrap `admin` user (engines configured without users).
+    pub fn admin_auth(&self) -> String {
+        use base64ct::Encoding;
+        let pw = std::fs::read_to_string(self.control.join("initial-admin-password")).unwrap();
+        format!(
+            "Basic {}",
+            base64ct::Base64::encode_string(format!("admin:{}", pw.trim()).as_bytes())
+        )
+    }
+
+    /// GET an admin path as the bootstrap admin: the HTTP status and the JSON answer.
+    pub fn admin_get(&self, path: &str) -> (u16, Value) {
+        let mut r = agent()
+            .get(&format!("{}{path}", self.base))
+            .header("authorization", self.admin_auth())
+            .call()
+            .unwrap();
+        let st = r.status().as_u16();
+        (
+            st,
+            serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap(),
+        )
     }
 
     pub fn metrics(&self) -> String {

@@ -1,0 +1,827 @@
+//! The rule lifecycle end to end against `rampart serve` processes: roles on every admin route,
+//! four-eyes approval, canary assignment, automatic rollback with its audit entry, persistence
+//! across a restart, block/allow lists (shared through a real Redis), sessions with CSRF, login
+//! throttling and the regression endpoint.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use base64ct::Encoding;
+use serde_json::{json, Value};
+use support::{agent, now_ms, temp_dir, Call, Engine, RedisServer};
+
+const SECRET: &[u8] = b"admin-test-secret";
+
+/// Users: vera (viewer), alice (author), bob (approver), root (admin); password = name + "-pw".
+fn users() -> String {
+    let mut s = String::new();
+    for (name, role) in [
+        ("vera", "viewer"),
+        ("alice", "author"),
+        ("bob", "approver"),
+        ("carol", "approver"),
+        ("root", "admin"),
+    ] {
+        let h = rampart::control::auth::hash_password(&format!("{name}-pw")).unwrap();
+        s.push_str(&format!(
+            "[[admin.users]]\nname = \"{name}\"\nrole = \"{role}\"\npassword_hash = \"{h}\"\n"
+        ));
+    }
+    s
+}
+
+fn basic(user: &str) -> String {
+    format!(
+        "Basic {}",
+        base64ct::Base64::encode_string(format!("{user}:{user}-pw").as_bytes())
+    )
+}
+
+fn rule(name: &str, body: &str) -> String {
+    format!(
+        "//! name: {name}\n//! priority: 10\n//! owner: secops\n//! description: test\n{body}\n"
+    )
+}
+
+/// A rule directory with one harmless rule (the stable set at start).
+fn rules_dir(dir: &Path) -> String {
+    let r = dir.join("rules");
+    std::fs::create_dir_all(r.join("edge")).unwrap();
+    std::fs::write(r.join("edge/base.rhai"), rule("base", "()")).unwrap();
+    format!("[rules]\ndir = \"{}\"\nreload = false\n", r.display())
+}
+
+fn config(dir: &Path, extra: &str) -> String {
+    format!(
+        "[[apps]]\nid = \"shop\"\nsecret = \"admin-test-secret\"\nwindow_ms = 60000\n{}[admin]\ncookie_secure = false\npoll_ms = 100\n{extra}\n{}",
+        rules_dir(dir),
+        users()
+    )
+}
+
+fn call(
+    e: &Engine,
+    method: &str,
+    path: &str,
+    auth: Option<&str>,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let url = format!("{}{path}", e.base);
+    let a = agent();
+    let r = match method {
+        "GET" => {
+            let mut rq = a.get(&url);
+            if let Some(h) = auth {
+                rq = rq.header("authorization", h);
+            }
+            rq.call()
+        }
+        "DELETE" => {
+            let mut rq = a.delete(&url);
+            if let Some(h) = auth {
+                rq = rq.header("authorization", h);
+            }
+            rq.call()
+        }
+        _ => {
+            let mut rq = match method {
+                "PUT" => a.put(&url),
+                _ => a.post(&url),
+            };
+            if let Some(h) = auth {
+                rq = rq.header("authorization", h);
+            }
+            rq.send(body.map(|b| b.to_string()).unwrap_or_default())
+        }
+    };
+    let mut r = r.unwrap();
+    let st = r.status().as_u16();
+    let text = r.body_mut().read_to_string().unwrap();
+    (st, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn upload(e: &Engine, who: &str, files: Value) -> String {
+    let (st, v) = call(
+        e,
+        "POST",
+        "/admin/v1/rulesets",
+        Some(&basic(who)),
+        Some(&json!({ "files": files, "message": "test change" })),
+    );
+    assert!(st == 201 || st == 200, "{st} {v}");
+    v["version"].as_str().unwrap().to_string()
+}
+
+fn stage(e: &Engine, who: &str, version: &str, stage: &str, percent: Option<f64>) -> (u16, Value) {
+    let mut b = json!({ "version": version, "stage": stage });
+    if let Some(p) = percent {
+        b["percent"] = json!(p);
+    }
+    call(e, "POST", "/admin/v1/rollout", Some(&basic(who)), Some(&b))
+}
+
+fn signed(user: &str, ip: &str, nonce: String) -> Value {
+    Call {
+        app: "shop",
+        secret: SECRET,
+        path: "/api/items",
+        body: String::new(),
+        user,
+        ip,
+        device: "",
+        params: json!({ "n": nonce }),
+        nonce,
+        ts_ms: now_ms(),
+    }
+    .json()
+}
+
+fn batch(e: &Engine, items: &[Value]) -> Vec<Value> {
+    let (st, v) = support::post(&format!("{}/v1/decide/batch", e.base), &json!(items));
+    assert_eq!(st, 200, "{v}");
+    v.as_array().unwrap().clone()
+}
+
+#[test]
+fn every_admin_route_refuses_roles_below_its_own_and_approval_takes_a_second_person() {
+    let d = temp_dir("admin-roles");
+    let e = Engine::start(&d, "roles", &config(&d, ""));
+    let v = json!({"edge/x.rhai": rule("x", "()")});
+    // (method, path, body, the lowest role that may call it)
+    let routes: Vec<(&str, &str, Value, usize)> = vec![
+        ("GET", "/admin/v1/session", Value::Null, 0),
+        ("GET", "/admin/v1/decisions/recent", Value::Null, 0),
+        ("GET", "/admin/v1/decisions", Value::Null, 0),
+        ("GET", "/admin/v1/stats", Value::Null, 0),
+        ("GET", "/admin/v1/rulesets", Value::Null, 0),
+        ("GET", "/admin/v1/rulesets/current", Value::Null, 0),
+        ("GET", "/admin/v1/rulesets/stable", Value::Null, 0),
+        ("GET", "/admin/v1/rulesets/stable/diff", Value::Null, 0),
+        ("GET", "/admin/v1/rollout", Value::Null, 0),
+        ("GET", "/admin/v1/lists", Value::Null, 0),
+        ("GET", "/admin/v1/audit", Value::Null, 0),
+        ("GET", "/admin/v1/settings/log-level", Value::Null, 0),
+        ("POST", "/admin/v1/rulesets", json!({ "files": v }), 1),
+        (
+            "POST",
+            "/admin/v1/rulesets/stable/regress",
+            json!({"only_uploaded": true}),
+            1,
+        ),
+        ("POST", "/admin/v1/rulesets/stable/activate", Value::Null, 1),
+        (
+            "POST",
+            "/admin/v1/rollout",
+            json!({"version": "stable", "stage": "shadow"}),
+            1,
+        ),
+        ("POST", "/admin/v1/rollout/rollback", Value::Null, 1),
+        (
+            "POST",
+            "/admin/v1/lists",
+            json!({"list": "block", "kind": "user", "value": "u"}),
+            1,
+        ),
+        ("DELETE", "/admin/v1/lists/999", Value::Null, 1),
+        (
+            "POST",
+            "/admin/v1/rollout/approve",
+            json!({"version": "stable"}),
+            2,
+        ),
+        (
+            "PUT",
+            "/admin/v1/settings/log-level",
+            json!({"level": "info"}),
+            3,
+        ),
+    ];
+    let people = ["vera", "alice", "bob", "root"];
+    for (method, path, body, min) in &routes {
+        let body = (!body.is_null()).then_some(body);
+        let (st, v) = call(&e, method, path, None, body);
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (401, Some("UNAUTHENTICATED")),
+            "{method} {path} anonymous"
+        );
+        for (i, who) in people.iter().enumerate() {
+            let (st, v) = call(&e, method, path, Some(&basic(who)), body);
+            if i < *min {
+                assert_eq!(st, 403, "{method} {path} as {who}: {v}");
+                assert_eq!(v["error"]["code"], "FORBIDDEN");
+            } else {
+                assert_ne!(
+                    st, 403,
+                    "{method} {path} as {who} must be allowed past auth: {v}"
+                );
+                assert_ne!(st, 401, "{method} {path} as {who}: {v}");
+            }
+        }
+    }
+    // A wrong password is refused, never let through.
+    let (st, _) = call(
+        &e,
+        "GET",
+        "/admin/v1/rollout",
+        Some("Basic YWxpY2U6d3Jvbmc="),
+        None,
+    );
+    assert_eq!(st, 401);
+
+    // Four eyes: the author cannot approve (role), an approver cannot approve their own change.
+    let mine = upload(
+        &e,
+        "alice",
+        json!({"edge/x.rhai": rule("x", "if req.path == \"/x\" { deny(\"x\") }")}),
+    );
+    assert_eq!(stage(&e, "alice", &mine, "canary", Some(5.0)).0, 200);
+    let (st, _) = call(
+        &e,
+        "POST",
+        "/admin/v1/rollout/approve",
+        Some(&basic("alice")),
+        Some(&json!({"version": mine})),
+    );
+    assert_eq!(st, 403);
+    let theirs = upload(&e, "bob", json!({"edge/y.rhai": rule("y", "()")}));
+    let (st, v) = stage(&e, "bob", &theirs, "shadow", None);
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (409, Some("CANDIDATE_IN_PROGRESS")),
+        "{v}"
+    );
+    assert_eq!(
+        call(
+            &e,
+            "POST",
+            "/admin/v1/rollout/rollback",
+            Some(&basic("alice")),
+            Some(&json!({"reason": "swap"}))
+        )
+        .0,
+        200
+    );
+    assert_eq!(stage(&e, "bob", &theirs, "shadow", None).0, 200);
+    let (st, v) = call(
+        &e,
+        "POST",
+        "/admin/v1/rollout/approve",
+        Some(&basic("bob")),
+        Some(&json!({"version": theirs})),
+    );
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (403, Some("FOUR_EYES")),
+        "{v}"
+    );
+    let (st, v) = call(
+        &e,
+        "POST",
+        "/admin/v1/rollout/approve",
+        Some(&basic("carol")),
+        Some(&json!({"version": theirs})),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["stable"], theirs.as_str());
+    let (_, cur) = call(
+        &e,
+        "GET",
+        "/admin/v1/rulesets/current",
+        Some(&basic("vera")),
+        None,
+    );
+    assert_eq!(cur["version"], theirs.as_str());
+
+    // Every change is attributed in the audit log.
+    let (_, a) = call(
+        &e,
+        "GET",
+        "/admin/v1/audit?action=rollout",
+        Some(&basic("vera")),
+        None,
+    );
+    let entries = a["entries"].as_array().unwrap();
+    let approve = entries
+        .iter()
+        .find(|x| x["action"] == "rollout.approve")
+        .unwrap();
+    assert_eq!(approve["actor"], "carol");
+    assert_eq!(approve["after"], theirs.as_str());
+    assert!(approve["before"].is_string());
+    assert!(entries
+        .iter()
+        .any(|x| x["action"] == "rollout.stage" && x["actor"] == "alice"));
+
+    // Runtime log level: the admin may change it; a bad directive is refused.
+    let (st, _) = call(
+        &e,
+        "PUT",
+        "/admin/v1/settings/log-level",
+        Some(&basic("root")),
+        Some(&json!({"level": "debug"})),
+    );
+    assert_eq!(st, 200);
+    let (_, l) = call(
+        &e,
+        "GET",
+        "/admin/v1/settings/log-level",
+        Some(&basic("vera")),
+        None,
+    );
+    assert_eq!(l["level"], "debug");
+    let (st, _) = call(
+        &e,
+        "PUT",
+        "/admin/v1/settings/log-level",
+        Some(&basic("root")),
+        Some(&json!({"level": "=[bad"})),
+    );
+    assert_eq!(st, 400);
+}
+
+#[test]
+fn a_ten_percent_canary_takes_about_ten_percent_of_users_and_always_the_same_ones() {
+    let d = temp_dir("admin-canary");
+    let e = Engine::start(&d, "canary", &config(&d, ""));
+    let cand = upload(
+        &e,
+        "alice",
+        json!({"edge/x.rhai": rule("x", "()"), "gateway/g.rhai": rule("g", "()")}),
+    );
+    assert_eq!(stage(&e, "alice", &cand, "canary", Some(10.0)).0, 200);
+    let users = 3000;
+    let arms = |round: u64| -> Vec<String> {
+        let mut out = Vec::new();
+        for chunk in (0..users).collect::<Vec<u64>>().chunks(100) {
+            let items: Vec<Value> = chunk
+                .iter()
+                .map(|u| {
+                    signed(
+                        &format!("user-{u}"),
+                        "198.51.100.7",
+                        support::nonce(&format!("c{round}"), *u),
+                    )
+                })
+                .collect();
+            for (u, d) in chunk.iter().zip(batch(&e, &items)) {
+                assert_eq!(d["code"], "OK", "user {u}: {d}");
+                let arm = d["ruleset"]["arm"].as_str().unwrap().to_string();
+                let version = d["ruleset"]["version"].as_str().unwrap();
+                assert_eq!(
+                    arm == "canary",
+                    version == cand,
+                    "the arm names the set that judged"
+                );
+                out.push(arm);
+            }
+        }
+        out
+    };
+    let first = arms(1);
+    let share = first.iter().filter(|a| *a == "canary").count() as f64 / users as f64;
+    assert!((0.08..=0.12).contains(&share), "canary share {share}");
+    assert_eq!(arms(2), first, "the same users on the same arm every time");
+    let (_, r) = call(&e, "GET", "/admin/v1/rollout", Some(&basic("vera")), None);
+    let c = r["stats"]["canary"]["decisions"].as_u64().unwrap();
+    assert_eq!(
+        c + r["stats"]["stable"]["decisions"].as_u64().unwrap(),
+        2 * users
+    );
+}
+
+#[test]
+fn a_bad_canary_is_rolled_back_automatically_and_the_audit_log_says_so() {
+    let d = temp_dir("admin-rollback");
+    let e = Engine::start(&d, "rollback", &config(&d, "canary_min_samples = 50\n"));
+    let bad = upload(
+        &e,
+        "alice",
+        json!({"business/deny.rhai": rule("deny-all", "deny(\"oops\")")}),
+    );
+    assert_eq!(stage(&e, "alice", &bad, "canary", Some(50.0)).0, 200);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut i = 0;
+    let rolled_back = loop {
+        let items: Vec<Value> = (0..100)
+            .map(|k| {
+                signed(
+                    &format!("u{}", i * 100 + k),
+                    "198.51.100.9",
+                    support::nonce("rb", i * 100 + k),
+                )
+            })
+            .collect();
+        batch(&e, &items);
+        i += 1;
+        let (_, r) = call(&e, "GET", "/admin/v1/rollout", Some(&basic("vera")), None);
+        if r["candidate"].is_null() {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "not rolled back: {r}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let ev = &rolled_back["history"][0];
+    assert_eq!(ev["action"], "auto-rollback");
+    assert_eq!(ev["version"], bad.as_str());
+    assert!(
+        ev["reason"].as_str().unwrap().contains("refusal rate"),
+        "{ev}"
+    );
+    let (_, a) = call(
+        &e,
+        "GET",
+        "/admin/v1/audit?action=rollout.auto-rollback",
+        Some(&basic("vera")),
+        None,
+    );
+    let entry = &a["entries"][0];
+    assert_eq!(entry["actor"], "auto-rollback");
+    assert_eq!(entry["target"], bad.as_str());
+    assert!(entry["detail"]["reason"].is_string());
+    // Everyone is back on stable.
+    let items: Vec<Value> = (0..50)
+        .map(|k| {
+            signed(
+                &format!("after{k}"),
+                "198.51.100.9",
+                support::nonce("after", k),
+            )
+        })
+        .collect();
+    for d in batch(&e, &items) {
+        assert_eq!(
+            (d["code"].as_str(), d["ruleset"]["arm"].as_str()),
+            (Some("OK"), Some("stable"))
+        );
+    }
+    assert!(e
+        .metrics()
+        .contains("rampart_rollout_auto_rollbacks_total 1"));
+}
+
+#[test]
+fn versions_rollout_state_and_lists_survive_a_restart() {
+    let d = temp_dir("admin-restart");
+    let cfg = config(&d, "");
+    let mut e = Engine::start(&d, "restart", &cfg);
+    let (_, before) = call(&e, "GET", "/admin/v1/rulesets", Some(&basic("vera")), None);
+    let stable = before["stable"].as_str().unwrap().to_string();
+    let cand = upload(
+        &e,
+        "alice",
+        json!({"edge/x.rhai": rule("x", "if req.path == \"/blocked\" { deny(\"no\") }")}),
+    );
+    assert_eq!(stage(&e, "alice", &cand, "canary", Some(20.0)).0, 200);
+    let (st, entry) = call(
+        &e,
+        "POST",
+        "/admin/v1/lists",
+        Some(&basic("alice")),
+        Some(&json!({"list": "block", "kind": "ip", "value": "203.0.113.0/24", "note": "abuse"})),
+    );
+    assert_eq!(st, 201, "{entry}");
+    let blocked = |e: &Engine| {
+        let d = batch(
+            e,
+            &[signed(
+                "u1",
+                "203.0.113.50",
+                support::nonce(&format!("b{}", now_ms()), 1),
+            )],
+        );
+        d[0]["rule"] == "blocklist" && d[0]["code"] == "RULE_DENY"
+    };
+    assert!(blocked(&e));
+    assert!(e.stop().success());
+
+    let e = Engine::start(&d, "restart", &cfg);
+    let (_, after) = call(&e, "GET", "/admin/v1/rulesets", Some(&basic("vera")), None);
+    assert_eq!(after["stable"], stable.as_str());
+    assert_eq!(after["candidate"]["version"], cand.as_str());
+    assert_eq!(after["candidate"]["percent"], 20.0);
+    let versions: Vec<&str> = after["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_str().unwrap())
+        .collect();
+    assert!(versions.contains(&cand.as_str()) && versions.contains(&stable.as_str()));
+    let (_, doc) = call(
+        &e,
+        "GET",
+        &format!("/admin/v1/rulesets/{cand}"),
+        Some(&basic("vera")),
+        None,
+    );
+    assert_eq!(doc["author"], "alice");
+    assert!(doc["sources"]["edge/x.rhai"]
+        .as_str()
+        .unwrap()
+        .contains("/blocked"));
+    let (_, diff) = call(
+        &e,
+        "GET",
+        &format!("/admin/v1/rulesets/{cand}/diff?against={stable}"),
+        Some(&basic("vera")),
+        None,
+    );
+    let files = diff["files"].as_array().unwrap();
+    assert!(
+        files
+            .iter()
+            .any(|f| f["path"] == "edge/x.rhai" && f["status"] == "added"),
+        "{diff}"
+    );
+    assert!(
+        files
+            .iter()
+            .any(|f| f["path"] == "edge/base.rhai" && f["status"] == "removed"),
+        "{diff}"
+    );
+    assert!(blocked(&e), "the block list outlives the restart");
+    // The candidate (canary) is live again, and approval still works after the restart.
+    let (_, cur) = call(
+        &e,
+        "GET",
+        "/admin/v1/rulesets/current",
+        Some(&basic("vera")),
+        None,
+    );
+    assert_eq!(cur["candidate"]["version"], cand.as_str());
+    let (st, _) = call(
+        &e,
+        "POST",
+        "/admin/v1/rollout/approve",
+        Some(&basic("bob")),
+        Some(&json!({"version": cand})),
+    );
+    assert_eq!(st, 200);
+    // The earlier stable version can be re-activated at once (it was approved before).
+    let (st, v) = call(
+        &e,
+        "POST",
+        &format!("/admin/v1/rulesets/{stable}/activate"),
+        Some(&basic("alice")),
+        None,
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["stable"], stable.as_str());
+    // A version that was never approved cannot be activated that way.
+    let never = upload(&e, "alice", json!({"edge/z.rhai": rule("z", "()")}));
+    let (st, v) = call(
+        &e,
+        "POST",
+        &format!("/admin/v1/rulesets/{never}/activate"),
+        Some(&basic("alice")),
+        None,
+    );
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (409, Some("NOT_APPROVED"))
+    );
+}
+
+#[test]
+fn lists_apply_on_every_instance_within_a_second_and_expire() {
+    let redis = RedisServer::start();
+    let d = temp_dir("admin-lists");
+    let extra = format!(
+        "[state]\nbackend = \"redis\"\nredis_url = \"{}\"\n",
+        redis.url()
+    );
+    let cfg = config(&d, "").replacen("[admin]", &format!("{extra}[admin]"), 1);
+    let a = Engine::start(&d, "a", &cfg);
+    let b = Engine::start(&d, "b", &cfg);
+    let decide = |e: &Engine, user: &str, ip: &str, i: u64| {
+        batch(
+            e,
+            &[signed(
+                user,
+                ip,
+                support::nonce(&format!("l{}", now_ms()), i),
+            )],
+        )
+        .remove(0)
+    };
+    assert_eq!(decide(&b, "mallory", "198.51.100.1", 1)["code"], "OK");
+    let (st, _) = call(
+        &a,
+        "POST",
+        "/admin/v1/lists",
+        Some(&basic("alice")),
+        Some(&json!({"list": "block", "kind": "user", "value": "mallory", "ttl_ms": 2500})),
+    );
+    assert_eq!(st, 201);
+    let t0 = Instant::now();
+    loop {
+        if decide(&b, "mallory", "198.51.100.1", 2)["rule"] == "blocklist" {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "instance b did not apply the block within 1 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        decide(&b, "alice-the-user", "198.51.100.1", 3)["code"],
+        "OK"
+    );
+    // Expiry: the entry lapses by itself.
+    std::thread::sleep(Duration::from_millis(2800));
+    assert_eq!(decide(&a, "mallory", "198.51.100.1", 4)["code"], "OK");
+    assert_eq!(decide(&b, "mallory", "198.51.100.1", 5)["code"], "OK");
+    // An allow-listed requester skips the rules, never the anti-replay core.
+    let (st, _) = call(
+        &a,
+        "POST",
+        "/admin/v1/lists",
+        Some(&basic("alice")),
+        Some(&json!({"list": "allow", "kind": "ip", "value": "192.0.2.0/24"})),
+    );
+    assert_eq!(st, 201);
+    std::thread::sleep(Duration::from_millis(1000));
+    let req = signed("vip", "192.0.2.10", support::nonce("vip", 1));
+    assert_eq!(batch(&b, std::slice::from_ref(&req))[0]["code"], "OK");
+    assert_eq!(batch(&a, &[req])[0]["code"], "REPLAY_DUPLICATE");
+    // Bad entries are refused with a clear code.
+    for bad in [
+        json!({"list": "block", "kind": "ip", "value": "10.0.0.0/40"}),
+        json!({"list": "block", "kind": "ja3", "value": "not-hex"}),
+        json!({"list": "maybe", "kind": "user", "value": "x"}),
+        json!({"list": "block", "kind": "user", "value": "x", "ttl_ms": -5}),
+    ] {
+        let (st, v) = call(
+            &a,
+            "POST",
+            "/admin/v1/lists",
+            Some(&basic("alice")),
+            Some(&bad),
+        );
+        assert_eq!(st, 400, "{bad}: {v}");
+        assert!(v["error"]["code"] == "INVALID_FIELD", "{v}");
+    }
+    // Both instances share one rollout state too.
+    let cand = upload(&a, "alice", json!({"edge/x.rhai": rule("x", "()")}));
+    assert_eq!(stage(&a, "alice", &cand, "shadow", None).0, 200);
+    let t0 = Instant::now();
+    loop {
+        let (_, cur) = call(
+            &b,
+            "GET",
+            "/admin/v1/rulesets/current",
+            Some(&basic("vera")),
+            None,
+        );
+        if cur["candidate"]["version"] == cand.as_str() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(2), "{cur}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn sessions_need_csrf_for_changes_logout_revokes_and_logins_are_throttled() {
+    let d = temp_dir("admin-session");
+    let e = Engine::start(&d, "session", &config(&d, "login_max_failures = 3\n"));
+    let login = |user: &str, pw: &str| {
+        let mut r = agent()
+            .post(&format!("{}/admin/v1/login", e.base))
+            .send(json!({"user": user, "password": pw}).to_string())
+            .unwrap();
+        let st = r.status().as_u16();
+        let cookie = r
+            .headers()
+            .get("set-cookie")
+            .map(|v| v.to_str().unwrap().to_string());
+        let body: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+        (st, cookie, body)
+    };
+    let (st, cookie, body) = login("alice", "alice-pw");
+    assert_eq!(st, 200, "{body}");
+    let cookie = cookie.unwrap();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_string();
+    let csrf = body["csrf_token"].as_str().unwrap().to_string();
+    let with_cookie = |method: &str, path: &str, csrf: Option<&str>, b: Option<Value>| {
+        let url = format!("{}{path}", e.base);
+        let a = agent();
+        let r = if method == "GET" {
+            a.get(&url).header("cookie", &pair).call()
+        } else {
+            let mut rq = a.post(&url).header("cookie", &pair);
+            if let Some(c) = csrf {
+                rq = rq.header("x-csrf-token", c);
+            }
+            rq.send(b.unwrap_or(Value::Null).to_string())
+        };
+        let mut r = r.unwrap();
+        let st = r.status().as_u16();
+        (
+            st,
+            serde_json::from_str::<Value>(&r.body_mut().read_to_string().unwrap())
+                .unwrap_or(Value::Null),
+        )
+    };
+    let (st, me) = with_cookie("GET", "/admin/v1/session", None, None);
+    assert_eq!(
+        (st, me["user"].as_str(), me["role"].as_str()),
+        (200, Some("alice"), Some("author"))
+    );
+    let entry = json!({"list": "block", "kind": "user", "value": "x"});
+    let (st, v) = with_cookie("POST", "/admin/v1/lists", None, Some(entry.clone()));
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (403, Some("CSRF_FAILED"))
+    );
+    let (st, _) = with_cookie("POST", "/admin/v1/lists", Some("0000"), Some(entry.clone()));
+    assert_eq!(st, 403);
+    let (st, _) = with_cookie("POST", "/admin/v1/lists", Some(&csrf), Some(entry));
+    assert_eq!(st, 201);
+    let (st, _) = with_cookie("POST", "/admin/v1/logout", Some(&csrf), None);
+    assert_eq!(st, 200);
+    let (st, _) = with_cookie("GET", "/admin/v1/session", None, None);
+    assert_eq!(st, 401, "a logged-out session is dead");
+
+    // Throttling: three failures lock the name out, even for the right password.
+    for _ in 0..3 {
+        assert_eq!(login("bob", "nope").0, 401);
+    }
+    let (st, _, body) = login("bob", "bob-pw");
+    assert_eq!(
+        (st, body["error"]["code"].as_str()),
+        (429, Some("LOGIN_THROTTLED"))
+    );
+    let (st, _, _) = login("nobody", "x");
+    assert_eq!(st, 429, "the client address is locked out as well");
+}
+
+#[test]
+fn the_regression_endpoint_reports_rates_hits_and_changed_samples() {
+    let d = temp_dir("admin-regress");
+    // Built-in rules and samples.
+    let cfg = format!(
+        "[[apps]]\nid = \"shop\"\nsecret = \"admin-test-secret\"\n[admin]\ncookie_secure = false\n{}",
+        users()
+    );
+    let e = Engine::start(&d, "regress", &cfg);
+    let (_, stable) = call(
+        &e,
+        "GET",
+        "/admin/v1/rulesets/stable",
+        Some(&basic("vera")),
+        None,
+    );
+    // The candidate drops the SQL injection rule.
+    let mut files = stable["sources"].as_object().unwrap().clone();
+    assert!(files.remove("edge/waf-sqli.rhai").is_some());
+    let cand = upload(&e, "alice", Value::Object(files));
+    let (st, r) = call(
+        &e,
+        "POST",
+        &format!("/admin/v1/rulesets/{cand}/regress"),
+        Some(&basic("alice")),
+        None,
+    );
+    assert_eq!(st, 200, "{r}");
+    assert!(r["samples"].as_u64().unwrap() > 100);
+    assert!(r["detection"]["total"].as_u64().unwrap() > 0);
+    assert!(r["rule_hits"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .any(|k| k.starts_with("edge/")));
+    let changes = r["changes"].as_array().unwrap();
+    assert!(
+        !changes.is_empty(),
+        "dropping a WAF rule changes attack samples"
+    );
+    // An uploaded sample is run too; a malformed one is refused with a clear code.
+    let sample = json!({"name": "uploaded-benign", "kind": "benign", "request": {"app": "shop", "request": {"method": "GET", "path": "/"}}, "expect": {"action": "allow"}});
+    let (st, r) = call(
+        &e,
+        "POST",
+        &format!("/admin/v1/rulesets/{cand}/regress"),
+        Some(&basic("alice")),
+        Some(&json!({"samples": [sample], "only_uploaded": true})),
+    );
+    assert_eq!((st, r["samples"].as_u64()), (200, Some(1)), "{r}");
+    let (st, r) = call(
+        &e,
+        "POST",
+        &format!("/admin/v1/rulesets/{cand}/regress"),
+        Some(&basic("alice")),
+        Some(&json!({"samples": [{"name": 1}]})),
+    );
+    assert_eq!(
+        (st, r["error"]["code"].as_str()),
+        (400, Some("INVALID_SAMPLE"))
+    );
+}
