@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS {db}.rampart_decisions_local ON CLUSTER {cluster}
     arm String,
     latency_us UInt32,
     degraded UInt8,
-    instance String
+    instance String,
+    request String DEFAULT ''
 )
 ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{db}/rampart_decisions', '{replica}')
 PARTITION BY toYYYYMMDD(time)

@@ -64,6 +64,13 @@ fn row(i: u64, t0: i64) -> ChRow {
         latency_us: 40 + (i % 60) as u32,
         degraded: 0,
         instance: "bench".into(),
+        // A typical recorded request (what backtests replay).
+        request: format!(
+            r#"{{"query":"sku={}&lang=en","headers":{{"user-agent":"Mozilla/5.0","content-type":"application/json"}},"params":{{"sku":{},"qty":1}},"body":null,"device_id":"d{}"}}"#,
+            i % 977,
+            i % 977,
+            i % 50_000
+        ),
     }
 }
 

@@ -564,6 +564,136 @@ async fn ruleset_regress(
     Ok(HttpResponse::Ok().json(out))
 }
 
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+struct BacktestRequest {
+    /// How far back to replay (default 1, at most 168).
+    hours: Option<f64>,
+    /// At most this many recorded decisions, oldest first (default 100,000, at most 1,000,000).
+    max_rows: Option<usize>,
+    /// Examples of changed decisions to return (default 20, at most 1000).
+    examples: Option<usize>,
+}
+
+/// A decision-log row (explorer JSON) as a recorded decision for the backtest.
+fn recorded(row: &serde_json::Value) -> rampart_core::backtest::Recorded {
+    let s = |k: &str| {
+        row[k]
+            .as_str()
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    let request = row.get("request").filter(|r| r.is_object()).and_then(|r| {
+        serde_json::from_value(serde_json::json!({
+            "app": row["app"],
+            "request": {
+                "method": row["method"],
+                "path": row["route"],
+                "query": r["query"].as_str().unwrap_or(""),
+                "headers": r["headers"],
+                "body": r["body"],
+            },
+            "client": {
+                "ip": s("ip"), "device_id": r["device_id"], "ja3": s("ja3"), "country": s("country"),
+                "isp": s("isp"), "device_type": s("device_type"), "user_agent": s("user_agent"),
+            },
+            "user_id": s("user"),
+            "params": r["params"],
+        }))
+        .ok()
+    });
+    rampart_core::backtest::Recorded {
+        decision_id: s("decision_id").unwrap_or_default(),
+        time_ms: row["time_ms"].as_i64().unwrap_or(0),
+        request,
+        action: serde_json::from_value(row["action"].clone())
+            .unwrap_or(rampart_core::Action::Allow),
+        code: s("code").unwrap_or_default(),
+        tier: s("tier"),
+        rule: s("rule"),
+    }
+}
+
+async fn ruleset_backtest(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&rt, &req, Role::Author)?;
+    let body = read_body(&rt, &req, payload, MAX_ADMIN_BODY).await?;
+    let b: BacktestRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        BacktestRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(crate::api::json_error)?
+    };
+    let hours = b.hours.unwrap_or(1.0);
+    if !(hours > 0.0 && hours <= 168.0) {
+        return Err(ApiError::new(
+            400,
+            "INVALID_FIELD",
+            "hours must be > 0 and ≤ 168",
+        ));
+    }
+    let max_rows = b.max_rows.unwrap_or(100_000);
+    if !(1..=1_000_000).contains(&max_rows) {
+        return Err(ApiError::new(
+            400,
+            "INVALID_FIELD",
+            "max_rows must be 1–1000000",
+        ));
+    }
+    let examples = b.examples.unwrap_or(20).min(1000);
+    let v = resolve(&rt, &path)?;
+    let doc = rt
+        .control
+        .store
+        .get_version(&v)
+        .map_err(store)?
+        .ok_or_else(|| ApiError::new(404, "VERSION_NOT_FOUND", format!("no version {v}")))?;
+    let to = now_ms() + 1;
+    let from = to - (hours * 3_600_000.0) as i64;
+    let dl = &rt.config.raw.decision_log;
+    let fetched = match &dl.clickhouse_url {
+        Some(_) => {
+            let s = crate::declog::ch_settings(dl);
+            crate::query::recorded_ch(&s, from, to, max_rows).await
+        }
+        None => {
+            let dir = dl.dir.clone();
+            web::block(move || crate::query::recorded_local(&dir, from, to, max_rows))
+                .await
+                .map_err(|e| ApiError::new(503, "LOG_UNAVAILABLE", e.to_string()))?
+        }
+    };
+    let (rows, truncated) = fetched.map_err(|e| match e {
+        crate::query::QueryError::Invalid(m) => ApiError::new(400, "INVALID_QUERY", m),
+        e => ApiError::new(503, "LOG_UNAVAILABLE", e.to_string()),
+    })?;
+    let settings = rt.config.raw.rules.settings();
+    let max_keys = rt.config.raw.rules.max_limiter_keys;
+    let report = web::block(move || -> Result<serde_json::Value, ApiError> {
+        // A fresh world: the candidate's counters and claims start empty, nothing live is touched.
+        let state = rampart_core::rules::RuleState::local(max_keys);
+        let set = rampart_core::rules::RuleSet::compile(&doc.sources(), settings, &state).map_err(
+            |errs| {
+                ApiError::new(422, "RULESET_INVALID", format!("{} problem(s)", errs.len()))
+                    .with_details(serde_json::to_value(&errs).unwrap_or_default())
+            },
+        )?;
+        let recs: Vec<_> = rows.iter().map(recorded).collect();
+        let r = rampart_core::backtest::backtest(&set, &recs, examples);
+        let mut out = serde_json::to_value(&r).unwrap_or_default();
+        out["from_ms"] = from.into();
+        out["to_ms"] = to.into();
+        out["truncated"] = truncated.into();
+        Ok(out)
+    })
+    .await
+    .map_err(|e| ApiError::new(503, "BUSY", e.to_string()))??;
+    Ok(HttpResponse::Ok().json(report))
+}
+
 async fn ruleset_activate(
     rt: web::Data<Runtime>,
     req: HttpRequest,
@@ -829,6 +959,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(r("/admin/v1/rulesets/{version}/diff").route(web::get().to(ruleset_diff)))
         .service(r("/admin/v1/rulesets/{version}/regress").route(web::post().to(ruleset_regress)))
         .service(r("/admin/v1/rulesets/{version}/activate").route(web::post().to(ruleset_activate)))
+        .service(r("/admin/v1/rulesets/{version}/backtest").route(web::post().to(ruleset_backtest)))
         .service(
             r("/admin/v1/rollout")
                 .route(web::get().to(rollout_get))

@@ -210,6 +210,13 @@ fn judge(rt: &Runtime, req: &DecideRequest, started: Instant) -> Result<Decision
         degraded: verdict.degraded,
         instance: rt.instance.clone(),
         score: verdict.score,
+        request: rt
+            .config
+            .raw
+            .decision_log
+            .record_request
+            .then(|| recorded_request(req, rt.config.raw.decision_log.record_request_max_bytes))
+            .flatten(),
     });
     Ok(DecisionOut {
         decision_id,
@@ -230,6 +237,47 @@ fn judge(rt: &Runtime, req: &DecideRequest, started: Instant) -> Result<Decision
         server_time_ms: verdict.server_time_ms,
         skew_ms: verdict.skew_ms,
     })
+}
+
+/// Headers never recorded: credentials, and the anti-replay headers (useless once judged).
+const UNRECORDED_HEADERS: [&str; 9] = [
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+    "x-api-key",
+    "x-signature",
+    "x-nonce",
+    "x-timestamp",
+    "x-csrf-token",
+];
+
+/// The rule-visible parts of `req` the decision log keeps for backtests (the row has the rest):
+/// query, headers without credentials, params, body, device id. Over `max` bytes the body is left
+/// out; if it is still over, nothing is recorded.
+fn recorded_request(req: &DecideRequest, max: usize) -> Option<String> {
+    let r = &req.request;
+    let headers: serde_json::Map<String, serde_json::Value> = r
+        .headers
+        .iter()
+        .filter(|(k, _)| !UNRECORDED_HEADERS.iter().any(|u| k.eq_ignore_ascii_case(u)))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.as_str().into()))
+        .collect();
+    let mut v = serde_json::json!({
+        "query": r.query,
+        "headers": headers,
+        "params": req.params,
+        "body": r.body,
+        "device_id": req.client.device_id,
+    });
+    let s = v.to_string();
+    if s.len() <= max {
+        return Some(s);
+    }
+    v["body"] = serde_json::Value::Null;
+    v["body_omitted"] = true.into();
+    let s = v.to_string();
+    (s.len() <= max).then_some(s)
 }
 
 async fn decide(

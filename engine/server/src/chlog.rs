@@ -46,6 +46,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0002_decisions_minute",
         include_str!("../../../dashboards/clickhouse/migrations/0002_decisions_minute.sql"),
     ),
+    (
+        "0003_decisions_request",
+        include_str!("../../../dashboards/clickhouse/migrations/0003_decisions_request.sql"),
+    ),
 ];
 
 pub const TABLE: &str = "rampart_decisions";
@@ -104,6 +108,8 @@ pub struct ChRow {
     pub latency_us: u32,
     pub degraded: u8,
     pub instance: String,
+    /// The recorded request (JSON), or empty.
+    pub request: String,
 }
 
 /// Longest stored value of most string fields, in bytes.
@@ -190,6 +196,8 @@ impl ChRow {
             latency_us: r.latency_us.min(u32::MAX as u64) as u32,
             degraded: r.degraded as u8,
             instance: clean(&r.instance, MAX_FIELD),
+            // Already bounded by `record_request_max_bytes`; JSON escapes control characters.
+            request: r.request.clone().unwrap_or_default(),
         }
     }
 }

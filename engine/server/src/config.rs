@@ -522,6 +522,12 @@ pub struct DecisionLogConfig {
     pub max_files: usize,
     pub queue_size: usize,
     pub ring_size: usize,
+    /// Record the rule-visible parts of each judged request (query, headers without credentials,
+    /// params, body, device id) with its decision, so backtests can replay it.
+    pub record_request: bool,
+    /// Largest recorded request (JSON bytes); a bigger one is recorded without its body, or not
+    /// at all.
+    pub record_request_max_bytes: usize,
 }
 
 impl Default for DecisionLogConfig {
@@ -544,6 +550,8 @@ impl Default for DecisionLogConfig {
             max_file_bytes: 64 * 1024 * 1024,
             max_files: 16,
             queue_size: 65_536,
+            record_request: true,
+            record_request_max_bytes: 4096,
             ring_size: 1_000,
         }
     }
@@ -968,6 +976,9 @@ impl Config {
         }
         if dl.max_files == 0 || dl.queue_size == 0 {
             errs.push("decision_log.max_files and queue_size must be at least 1".into());
+        }
+        if !(256..=65_536).contains(&self.decision_log.record_request_max_bytes) {
+            errs.push("decision_log.record_request_max_bytes must be 256–65536".into());
         }
         if let Some(dir) = &self.rules.dir {
             if !dir.is_dir() {

@@ -52,6 +52,9 @@ pub struct DecisionRecord {
     pub degraded: bool,
     pub instance: Arc<str>,
     pub score: i64,
+    /// The rule-visible request as JSON (`[decision_log] record_request`), for backtests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
 }
 
 enum Msg {

@@ -209,6 +209,15 @@ async fn ch_rows(s: &ChSettings, sql: String) -> Result<Vec<Value>, QueryError> 
 }
 
 /// A ClickHouse row as the API's decision object (JSON columns parsed, flags as booleans).
+/// A recorded request column: its JSON, or `null` when none was recorded.
+fn recorded(s: &str) -> Value {
+    if s.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(s).unwrap_or(Value::Null)
+    }
+}
+
 fn ch_decision(mut v: Value) -> Value {
     if let Some(o) = v.as_object_mut() {
         for k in ["reasons", "shadow"] {
@@ -222,6 +231,10 @@ fn ch_decision(mut v: Value) -> Value {
                 let n: i64 = s.parse().unwrap_or(0);
                 o.insert(k.into(), n.into());
             }
+        }
+        if let Some(Value::String(s)) = o.get("request") {
+            let parsed = recorded(s);
+            o.insert("request".into(), parsed);
         }
         let degraded = o.get("degraded").and_then(Value::as_u64).unwrap_or(0) == 1;
         o.insert("degraded".into(), degraded.into());
@@ -422,6 +435,7 @@ fn local_decision(r: &Value) -> Value {
         "latency_us": r["latency_us"],
         "degraded": r.get("degraded").and_then(Value::as_bool).unwrap_or(false),
         "instance": s("instance"),
+        "request": recorded(&s("request")),
     })
 }
 
@@ -551,4 +565,66 @@ pub fn stats_local(dir: &Path, f: &Filter, now_ms: i64) -> Result<Value, QueryEr
         json!({ "q": [q(0.5), q(0.9), q(0.99), q(0.999)], "n": lat.len() }),
         "local",
     ))
+}
+
+/// Every decision in `[from, to)`, oldest first, at most `max` (the newest are dropped beyond
+/// it); for backtests. Returns the rows and whether `max` cut them.
+pub async fn recorded_ch(
+    s: &ChSettings,
+    from: i64,
+    to: i64,
+    max: usize,
+) -> Result<(Vec<Value>, bool), QueryError> {
+    let f = Filter {
+        from: Some(from),
+        to: Some(to),
+        ..Filter::default()
+    };
+    let c = check(&f, to)?;
+    let w = ch_where(&f, &c);
+    let sql = format!(
+        "SELECT * FROM {db}.{TABLE} WHERE {w} ORDER BY time_ms, decision_id \
+         LIMIT 1 BY decision_id LIMIT {limit}",
+        db = s.database,
+        limit = max + 1
+    );
+    let mut rows: Vec<Value> = ch_rows(s, sql)
+        .await?
+        .into_iter()
+        .map(ch_decision)
+        .collect();
+    let cut = rows.len() > max;
+    rows.truncate(max);
+    Ok((rows, cut))
+}
+
+/// As [`recorded_ch`], from the local log.
+pub fn recorded_local(
+    dir: &Path,
+    from: i64,
+    to: i64,
+    max: usize,
+) -> Result<(Vec<Value>, bool), QueryError> {
+    let f = Filter {
+        from: Some(from),
+        to: Some(to),
+        ..Filter::default()
+    };
+    let c = check(&f, to)?;
+    let mut rows = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    scan_local(dir, &f, &c, |d| {
+        let id = d["decision_id"].as_str().unwrap_or("").to_string();
+        if seen.insert(id) {
+            rows.push(d);
+        }
+        true
+    });
+    rows.sort_by(|a, b| {
+        (a["time_ms"].as_i64(), a["decision_id"].as_str())
+            .cmp(&(b["time_ms"].as_i64(), b["decision_id"].as_str()))
+    });
+    let cut = rows.len() > max;
+    rows.truncate(max);
+    Ok((rows, cut))
 }

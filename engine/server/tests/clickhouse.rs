@@ -274,6 +274,26 @@ fn check_queries(engine: &Engine, served: usize) {
     assert_eq!(r["app"], "shop");
     assert_eq!(r["action"], "allow");
     assert!(r["reasons"].is_array() && r["degraded"].is_boolean(), "{r}");
+    assert!(
+        r["request"]["headers"].is_object(),
+        "the request is recorded: {r}"
+    );
+    // A backtest over the same rows, of a set that would refuse none of them.
+    let files = serde_json::json!({"files": {"edge/none.rhai":
+        "//! name: none\n//! priority: 1\n//! owner: t\n//! description: d\nif req.path == \"/never\" { deny(\"x\") }\n"}});
+    let (st, up) = engine.admin_post("/admin/v1/rulesets", &files);
+    assert!(st == 201 || st == 200, "{up}");
+    let (st, bt) = engine.admin_post(
+        &format!(
+            "/admin/v1/rulesets/{}/backtest",
+            up["version"].as_str().unwrap()
+        ),
+        &serde_json::json!({"hours": 1}),
+    );
+    assert_eq!(st, 200, "{bt}");
+    assert_eq!(bt["changed"], 0, "{bt}");
+    assert_eq!(bt["rows"].as_u64(), Some(served as u64), "{bt}");
+    assert_eq!(bt["unrecorded"], 0);
     assert_eq!(all_pages(engine, "&action=deny").len(), 0);
     assert_eq!(all_pages(engine, "&app=other").len(), 0);
     let (st, v) = engine.admin_get("/admin/v1/stats?from=0&by=code");

@@ -51,7 +51,7 @@ use sha2::{Digest, Sha256};
 use crate::engine::{DecisionContext, FailPolicy, StorePolicies, Tier};
 use crate::hll::{DistinctStore, LocalDistinct};
 use crate::limits::{LimiterStore, LocalLimiter};
-use crate::model::{Action, Code, Reason, ShadowHit, Step, Verdict};
+use crate::model::{Action, Code, DecideRequest, Reason, ShadowHit, Step, Verdict};
 use crate::nonce::StoreError;
 use crate::quota::{LocalQuotas, QuotaStore};
 use lists::{list_entries, IpList, StringList};
@@ -437,7 +437,11 @@ pub struct ReqData {
 
 impl Req {
     pub fn from_context(ctx: &DecisionContext<'_>) -> Req {
-        let r = ctx.request;
+        Self::from_request(ctx.request, ctx.now_ms)
+    }
+
+    /// The rule-visible view of `r` at server time `now_ms`.
+    pub fn from_request(r: &DecideRequest, now_ms: i64) -> Req {
         let c = &r.client;
         let s = |v: &Option<String>| v.as_deref().map(ImmutableString::from).unwrap_or_default();
         let ua = c
@@ -460,7 +464,7 @@ impl Req {
             isp: s(&c.isp),
             device_type: s(&c.device_type),
             user_agent: ua,
-            now_ms: ctx.now_ms,
+            now_ms,
             headers: r
                 .request
                 .headers
@@ -1641,11 +1645,7 @@ impl RuleSet {
             ns.push(':');
         });
         let _reset = Reset;
-        let mut session = RuleSession::default();
-        let verdict = [Tier::Edge, Tier::Gateway, Tier::Business]
-            .into_iter()
-            .find_map(|t| self.evaluate_tier(t, req, &mut session))
-            .or_else(|| self.finish(&mut session));
+        let (verdict, errors) = self.judge(req);
         let hit = verdict.map(|v| ShadowHit {
             tier: v.tier.unwrap_or("business").to_string(),
             rule: v.rule.unwrap_or_default(),
@@ -1658,7 +1658,18 @@ impl RuleSet {
                 .unwrap_or_default(),
             version: Some(self.version.clone()),
         });
-        (hit, session.errors)
+        (hit, errors)
+    }
+
+    /// The three tiers and the score thresholds, as on the decision path (without the anti-replay
+    /// steps between them): the refusal, if any, and the number of rule failures.
+    pub fn judge(&self, req: &Req) -> (Option<Verdict>, u64) {
+        let mut session = RuleSession::default();
+        let verdict = [Tier::Edge, Tier::Gateway, Tier::Business]
+            .into_iter()
+            .find_map(|t| self.evaluate_tier(t, req, &mut session))
+            .or_else(|| self.finish(&mut session));
+        (verdict, session.errors)
     }
 
     /// After the business tier: the accumulated score against the thresholds.

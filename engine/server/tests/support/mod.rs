@@ -475,6 +475,20 @@ impl Engine {
         )
     }
 
+    /// POST JSON to an admin path as the bootstrap admin.
+    pub fn admin_post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let mut r = agent()
+            .post(&format!("{}{path}", self.base))
+            .header("authorization", self.admin_auth())
+            .send(body.to_string())
+            .unwrap();
+        let st = r.status().as_u16();
+        (
+            st,
+            serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap(),
+        )
+    }
+
     pub fn metrics(&self) -> String {
         let mut r = agent()
             .get(&format!("{}/metrics", self.base))
