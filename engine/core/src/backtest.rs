@@ -88,7 +88,7 @@ pub struct Report {
 fn made_by_rules(r: &Recorded) -> bool {
     match (r.tier.as_deref(), r.rule.as_deref()) {
         // Run-time lists act at the edge step but are not part of a rule set.
-        (Some("edge"), Some("blocklist")) => false,
+        (Some("edge"), Some("blocklist")) | (None, Some("allowlist")) => false,
         (Some("edge" | "gateway" | "business"), _) => r.code != "STORE_UNAVAILABLE",
         _ => r.code == "OK",
     }

@@ -437,6 +437,10 @@ impl Engine {
         v.score = session.score;
         v.ruleset_version = set.version().to_string();
         v.arm = arm;
+        if allowed && v.code == Code::Ok {
+            // Says why no rule ran (and keeps backtests from replaying it through rules).
+            v.rule = Some("allowlist".into());
+        }
         if let (Some(c), Some(rreq)) = (&*candidate, &rule_req) {
             if v.step.reached_rules() {
                 let refused = v.action != Action::Allow && v.step.is_rule_tier();

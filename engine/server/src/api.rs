@@ -240,7 +240,7 @@ fn judge(rt: &Runtime, req: &DecideRequest, started: Instant) -> Result<Decision
 }
 
 /// Headers never recorded: credentials, and the anti-replay headers (useless once judged).
-const UNRECORDED_HEADERS: [&str; 9] = [
+const UNRECORDED_HEADERS: [&str; 10] = [
     "authorization",
     "proxy-authorization",
     "cookie",
@@ -250,6 +250,7 @@ const UNRECORDED_HEADERS: [&str; 9] = [
     "x-nonce",
     "x-timestamp",
     "x-csrf-token",
+    "x-content-sha256",
 ];
 
 /// The rule-visible parts of `req` the decision log keeps for backtests (the row has the rest):

@@ -108,7 +108,9 @@ pub struct ChRow {
     pub latency_us: u32,
     pub degraded: u8,
     pub instance: String,
-    /// The recorded request (JSON), or empty.
+    /// The recorded request (JSON), or empty. Defaulted so spool segments written before the
+    /// column existed still replay.
+    #[serde(default)]
     pub request: String,
 }
 

@@ -46,6 +46,9 @@ enum Cmd {
         #[arg(long, env = "RAMPART_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Drive realistic mixed traffic (shoppers, a flash-sale rush, floods, coupon abuse, a
+    /// lottery rush, WAF probes, replay bursts, bad clocks) against a running engine.
+    Demo(Box<crate::demo::DemoArgs>),
     /// Read a password on stdin (one line) and print its argon2id hash for `[[admin.users]]
     /// password_hash`.
     HashPassword,
@@ -115,6 +118,7 @@ pub fn run() -> ExitCode {
         Cmd::Regress(args) => crate::regress_cmd::run(*args),
         Cmd::Migrate { config } => migrate(config),
         Cmd::HashPassword => hash_password(),
+        Cmd::Demo(args) => crate::demo::run(*args),
         Cmd::Sign(args) => match sign_cmd(*args) {
             Ok(out) => {
                 println!("{out}");
@@ -173,7 +177,9 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
     let server_rt = rt.clone();
     let result = actix_web::rt::System::new().block_on(async move {
         actix_web::HttpServer::new(move || {
-            actix_web::App::new().configure(crate::api::configure(Arc::clone(&server_rt)))
+            actix_web::App::new()
+                .wrap(actix_web::middleware::from_fn(crate::reqid::middleware))
+                .configure(crate::api::configure(Arc::clone(&server_rt)))
         })
         .workers(workers)
         .shutdown_timeout(5)

@@ -9,11 +9,14 @@ pub mod clock;
 pub mod config;
 pub mod control;
 pub mod declog;
+pub mod demo;
+pub mod httpc;
 pub mod logging;
 pub mod metrics;
 pub mod query;
 pub mod redis_state;
 pub mod regress_cmd;
+pub mod reqid;
 pub mod rules_dir;
 pub mod runtime;
 

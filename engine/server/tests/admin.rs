@@ -645,7 +645,11 @@ fn lists_apply_on_every_instance_within_a_second_and_expire() {
     assert_eq!(st, 201);
     std::thread::sleep(Duration::from_millis(1000));
     let req = signed("vip", "192.0.2.10", support::nonce("vip", 1));
-    assert_eq!(batch(&b, std::slice::from_ref(&req))[0]["code"], "OK");
+    let d = batch(&b, std::slice::from_ref(&req)).remove(0);
+    assert_eq!(
+        (d["code"].as_str(), d["rule"].as_str()),
+        (Some("OK"), Some("allowlist"))
+    );
     assert_eq!(batch(&a, &[req])[0]["code"], "REPLAY_DUPLICATE");
     // Bad entries are refused with a clear code.
     for bad in [
@@ -966,4 +970,78 @@ fn a_backtest_over_the_recorded_log_matches_a_direct_replay() {
         None,
     );
     assert_eq!(st, 403);
+}
+
+#[test]
+fn json_logs_carry_the_request_id_and_the_level_changes_at_run_time() {
+    let d = temp_dir("admin-logs");
+    let cfg = format!(
+        "{}\n[log]\nformat = \"json\"\nlevel = \"info\"\n",
+        config(&d, "")
+    );
+    let e = Engine::start(&d, "logs", &cfg);
+    let cand = upload(&e, "alice", json!({"edge/x.rhai": rule("x", "()")}));
+    // The caller's id is kept and echoed; the change logs a line inside the request's span.
+    let r = agent()
+        .post(&format!("{}/admin/v1/rollout", e.base))
+        .header("authorization", basic("alice"))
+        .header("x-request-id", "change-7f3a")
+        .send(json!({"version": cand, "stage": "shadow"}).to_string())
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers().get("x-request-id").unwrap(), "change-7f3a");
+    // Without one (or with a bad one), the engine makes one up.
+    let r = agent()
+        .get(&format!("{}/healthz", e.base))
+        .header("x-request-id", "bad id\twith tab")
+        .call()
+        .unwrap();
+    let made = r
+        .headers()
+        .get("x-request-id")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(!made.contains(' ') && !made.is_empty(), "{made}");
+    let stderr = std::fs::read_to_string(d.join("logs.stderr")).unwrap();
+    let line = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["span"]["request_id"] == "change-7f3a")
+        .unwrap_or_else(|| panic!("no log line with the request id:\n{stderr}"));
+    assert!(
+        line["message"].as_str().unwrap().contains("candidate"),
+        "{line}"
+    );
+    assert!(
+        line["level"].is_string() && line["timestamp"].is_string(),
+        "{line}"
+    );
+    // Debug lines appear only after the level is raised at run time.
+    let (st, _) = call(
+        &e,
+        "PUT",
+        "/admin/v1/settings/log-level",
+        Some(&basic("root")),
+        Some(&json!({"level": "debug"})),
+    );
+    assert_eq!(st, 200);
+    let (st, _) = call(
+        &e,
+        "PUT",
+        "/admin/v1/settings/log-level",
+        Some(&basic("alice")),
+        Some(&json!({"level": "trace"})),
+    );
+    assert_eq!(st, 403);
+    let (_, a) = call(
+        &e,
+        "GET",
+        "/admin/v1/audit?action=settings",
+        Some(&basic("vera")),
+        None,
+    );
+    assert_eq!(a["entries"][0]["after"], "debug");
+    assert_eq!(a["entries"][0]["before"], "info");
 }

@@ -494,3 +494,57 @@ fn hot_swap_under_concurrent_load_fails_no_request_and_the_directory_reloads() {
         "{metrics}"
     );
 }
+
+#[test]
+fn demo_traffic_brings_every_kind_of_decision_within_seconds() {
+    let d = temp_dir("demo");
+    let port = free_port();
+    // The embedded defaults' demo app and the built-in rules.
+    let cfg = write(
+        &d,
+        "c.toml",
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n[[apps]]\nid = \"demo\"\nsecret = \"demo-secret\"\nwindow_ms = 30000\n\
+             [decision_log]\ndir = \"{}\"\n{TOKENS}",
+            d.join("log").display()
+        ),
+    );
+    let server = start(&cfg);
+    let (code, out, err) = run(&[
+        "demo",
+        "--url",
+        &server.base,
+        "--duration",
+        "6",
+        "--rps",
+        "250",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["errors"], 0, "{v}");
+    assert!(v["requests"].as_u64().unwrap() > 500, "{v}");
+    for c in [
+        "OK",
+        "REPLAY_DUPLICATE",
+        "RULE_DENY",
+        "TIMESTAMP_SKEW",
+        "SIGNATURE_INVALID",
+        "RATE_LIMITED",
+    ] {
+        assert!(v["by_code"][c].as_u64().unwrap_or(0) > 0, "no {c}: {v}");
+    }
+    // The decision log saw them too (what the console's charts read).
+    let stats = get_json(&format!("{}/admin/v1/stats?by=code", server.base));
+    let codes: Vec<&str> = stats["breakdown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["key"].as_str().unwrap())
+        .collect();
+    assert!(codes.len() >= 5, "{stats}");
+    // A wrong URL is a clear error, not a hang.
+    let (code, _, err) = run(&["demo", "--url", "ftp://x", "--duration", "1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("http://"), "{err}");
+}

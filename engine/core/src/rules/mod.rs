@@ -261,7 +261,7 @@ impl RuleState {
 
     /// Feeds a finished decision into reputation: what the gateway and business tiers refuse counts
     /// against the client's IP, device, JA3 and user, so edge rules can read it on the next
-    /// request. The anti-replay steps never write here: a forged request must cost Rampart no
+    /// request (except `QUOTA_EXHAUSTED` and reviews, which say nothing bad about the client). The anti-replay steps never write here: a forged request must cost Rampart no
     /// storage, and a replay keeps its precise `REPLAY_DUPLICATE` answer however often it comes.
     pub fn learn(
         &self,
@@ -270,6 +270,11 @@ impl RuleState {
         now_ms: i64,
     ) -> Result<(), StoreError> {
         let later_tier = matches!(v.step, Step::Gateway | Step::Business);
+        // A sold-out pool or a claim already made is not misbehaviour (everyone in a lottery rush
+        // gets it), nor is a payment sent to human review: neither counts against the client.
+        if v.code == Code::QuotaExhausted || v.action == Action::Review {
+            return Ok(());
+        }
         let points = match v.action {
             Action::Allow => return Ok(()),
             Action::Deny if later_tier => self.reputation.deny_points,
