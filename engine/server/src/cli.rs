@@ -58,15 +58,8 @@ enum Cmd {
 struct SignArgs {
     #[arg(long, default_value = "demo")]
     app: String,
-    /// The app's secret.
-    #[arg(long, conflicts_with_all = ["secret_env", "config"])]
-    secret: Option<String>,
-    /// Read the secret from this environment variable.
-    #[arg(long, conflicts_with = "config")]
-    secret_env: Option<String>,
-    /// Take the app's secret from this configuration file.
-    #[arg(long)]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    secret: SecretArgs,
     #[arg(long, default_value = "GET")]
     method: String,
     #[arg(long, default_value = "/")]
@@ -355,20 +348,46 @@ fn random_nonce() -> String {
         .collect()
 }
 
+/// Where a client command takes an app's secret from.
+#[derive(clap::Args)]
+pub struct SecretArgs {
+    /// The app's secret.
+    #[arg(long, conflicts_with_all = ["secret_env", "config"])]
+    secret: Option<String>,
+    /// Read the secret from this environment variable.
+    #[arg(long, conflicts_with = "config")]
+    secret_env: Option<String>,
+    /// Take the app's secret from this configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+impl SecretArgs {
+    /// The secret of `app`, or `None` when no source was given.
+    pub fn resolve(&self, app: &str) -> Result<Option<Vec<u8>>, String> {
+        Ok(Some(match (&self.secret, &self.secret_env, &self.config) {
+            (Some(s), _, _) => s.clone().into_bytes(),
+            (_, Some(var), _) => std::env::var(var)
+                .map_err(|_| format!("{var} is not set"))?
+                .into_bytes(),
+            (_, _, Some(path)) => {
+                let v = load(Some(path))?;
+                v.apps
+                    .iter()
+                    .find(|(id, _, _)| id == app)
+                    .map(|(_, s, _)| s.clone())
+                    .ok_or_else(|| format!("app {app:?} is not in {}", path.display()))?
+            }
+            _ => return Ok(None),
+        }))
+    }
+}
+
 fn sign_cmd(a: SignArgs) -> Result<String, String> {
-    let secret = match (&a.secret, &a.secret_env, &a.config) {
-        (Some(s), _, _) => s.clone(),
-        (_, Some(var), _) => std::env::var(var).map_err(|_| format!("{var} is not set"))?,
-        (_, _, Some(path)) => {
-            let v = load(Some(path))?;
-            v.apps
-                .iter()
-                .find(|(id, _, _)| *id == a.app)
-                .map(|(_, s, _)| String::from_utf8_lossy(s).into_owned())
-                .ok_or_else(|| format!("app {:?} is not in {}", a.app, path.display()))?
-        }
-        _ => return Err("give --secret, --secret-env or --config".into()),
-    };
+    let secret = a
+        .secret
+        .resolve(&a.app)?
+        .ok_or("give --secret, --secret-env or --config")?;
     let body = match (&a.body, &a.body_file) {
         (Some(b), _) => b.clone().into_bytes(),
         (_, Some(p)) => std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?,
@@ -377,7 +396,7 @@ fn sign_cmd(a: SignArgs) -> Result<String, String> {
     let nonce = a.nonce.clone().unwrap_or_else(random_nonce);
     let method = a.method.to_ascii_uppercase();
     let h = sign(
-        secret.as_bytes(),
+        &secret,
         &ToSign {
             app: &a.app,
             method: &method,

@@ -15,7 +15,6 @@
 //! | bad clients | 3 | stale clocks, broken signatures | `TIMESTAMP_SKEW`, `SIGNATURE_INVALID` |
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,15 +30,9 @@ pub struct DemoArgs {
     url: String,
     #[arg(long, default_value = "demo")]
     app: String,
-    /// The app's secret (default: the embedded defaults' demo secret).
-    #[arg(long, conflicts_with_all = ["secret_env", "config"])]
-    secret: Option<String>,
-    /// Read the secret from this environment variable.
-    #[arg(long, conflicts_with = "config")]
-    secret_env: Option<String>,
-    /// Take the app's secret from this configuration file.
-    #[arg(long)]
-    config: Option<PathBuf>,
+    /// Default: the embedded defaults' demo secret.
+    #[command(flatten)]
+    secret: crate::cli::SecretArgs,
     /// Requests per second, all scenarios together.
     #[arg(long, default_value_t = 200)]
     rps: u32,
@@ -551,24 +544,7 @@ pub fn run(a: DemoArgs) -> ExitCode {
 }
 
 fn secret(a: &DemoArgs) -> Result<Vec<u8>, String> {
-    if let Some(s) = &a.secret {
-        return Ok(s.as_bytes().to_vec());
-    }
-    if let Some(var) = &a.secret_env {
-        return std::env::var(var)
-            .map(String::into_bytes)
-            .map_err(|_| format!("environment variable {var} is not set"));
-    }
-    if let Some(path) = &a.config {
-        let v = crate::config::Config::load(Some(path))
-            .and_then(|c| c.validate())
-            .map_err(|e| e.to_string())?;
-        return v
-            .apps
-            .iter()
-            .find(|(id, _, _)| *id == a.app)
-            .map(|(_, s, _)| s.clone())
-            .ok_or_else(|| format!("no app {:?} in {}", a.app, path.display()));
-    }
-    Ok(crate::config::DEMO_SECRET.as_bytes().to_vec())
+    Ok(a.secret
+        .resolve(&a.app)?
+        .unwrap_or_else(|| crate::config::DEMO_SECRET.as_bytes().to_vec()))
 }

@@ -64,6 +64,20 @@ pub struct FileStore {
     dir: PathBuf,
     lock: Mutex<()>,
     audit_seq: Mutex<Option<u64>>,
+    /// `state.json`'s identity (inode, length, modification time) and generation when last read:
+    /// every save renames a new file into place, so an unchanged identity means an unchanged
+    /// generation, and polling does not parse the document (lists included) twice a second.
+    seen: Mutex<Option<(FileId, u64)>>,
+}
+
+type FileId = (u64, u64, Option<std::time::SystemTime>);
+
+fn file_id(m: &std::fs::Metadata) -> FileId {
+    #[cfg(unix)]
+    let ino = std::os::unix::fs::MetadataExt::ino(m);
+    #[cfg(not(unix))]
+    let ino = 0;
+    (ino, m.len(), m.modified().ok())
 }
 
 impl FileStore {
@@ -74,6 +88,7 @@ impl FileStore {
             dir: dir.to_path_buf(),
             lock: Mutex::new(()),
             audit_seq: Mutex::new(None),
+            seen: Mutex::new(None),
         })
     }
 
@@ -115,7 +130,21 @@ impl ControlStore for FileStore {
     }
 
     fn generation(&self) -> Result<u64, StoreError> {
-        Ok(self.load()?.generation)
+        let path = self.dir.join("state.json");
+        let id = match std::fs::metadata(&path) {
+            Ok(m) => file_id(&m),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(err(format!("{}: {e}", path.display()))),
+        };
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((known, generation)) = *seen {
+            if known == id {
+                return Ok(generation);
+            }
+        }
+        let generation = self.load()?.generation;
+        *seen = Some((id, generation));
+        Ok(generation)
     }
 
     fn save(&self, next: &ControlState) -> Result<bool, StoreError> {
