@@ -7,6 +7,7 @@ use serde_json::Value;
 
 /// Body of `POST /v1/decide`.
 #[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DecideRequest {
     pub app: String,
     #[serde(default)]
@@ -15,13 +16,16 @@ pub struct DecideRequest {
     pub client: ClientInfo,
     /// A string, or a number (taken as its decimal spelling).
     #[serde(default, deserialize_with = "string_or_number")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub user_id: Option<String>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub params: Option<Value>,
 }
 
 /// The end-user request a caller asks about.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JudgedRequest {
     #[serde(default = "default_method")]
     pub method: String,
@@ -75,6 +79,7 @@ impl JudgedRequest {
 
 /// What the caller knows about the client.
 #[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClientInfo {
     #[serde(default)]
     pub ip: Option<String>,
@@ -108,6 +113,7 @@ fn string_or_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D
 
 /// The four answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
     #[default]
@@ -137,6 +143,7 @@ impl Action {
 
 /// Decision codes of contract v1: stable strings, each with one suggested status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Code {
     Ok,
@@ -277,6 +284,7 @@ impl Step {
 
 /// One reason behind a verdict.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Reason {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -297,6 +305,7 @@ impl Reason {
 
 /// What a shadow rule would have done.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ShadowHit {
     pub tier: String,
     pub rule: String,

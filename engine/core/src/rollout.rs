@@ -46,6 +46,7 @@ impl Arm {
 
 /// Optional restrictions of a canary: empty lists match everything.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct CanaryFilter {
     pub apps: Vec<String>,
@@ -297,6 +298,7 @@ impl RollbackPolicy {
 
 /// What a list entry says about a match.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ListAction {
     /// Refused at the edge step with `RULE_DENY`.
@@ -307,6 +309,7 @@ pub enum ListAction {
 
 /// What a list entry matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ListKind {
     /// `client.ip`, against addresses and CIDR blocks.

@@ -102,7 +102,7 @@ pub(crate) fn json_error(e: serde_json::Error) -> ApiError {
 }
 
 /// The answer of `/v1/decide`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DecisionOut {
     pub decision_id: String,
     pub action: Action,
@@ -122,7 +122,7 @@ pub struct DecisionOut {
     pub skew_ms: Option<i64>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RulesetRef {
     pub version: String,
     pub arm: String,
@@ -476,8 +476,9 @@ async fn decide_batch(
     Ok(HttpResponse::Ok().json(out))
 }
 
-#[derive(Deserialize)]
-struct Outcome {
+/// What the downstream service did with an allowed request (`POST /v1/outcome`).
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(crate) struct Outcome {
     app: String,
     /// The route (path) the breaker watches; `path` is accepted as a synonym.
     #[serde(alias = "path")]
@@ -529,6 +530,14 @@ async fn outcome(
 
 async fn time() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({ "server_time_ms": now_ms() }))
+}
+
+/// `GET /openapi.json`: the generated OpenAPI 3 document (built once).
+async fn openapi() -> HttpResponse {
+    static DOC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(DOC.get_or_init(crate::openapi::document).clone())
 }
 
 async fn healthz() -> HttpResponse {
@@ -658,6 +667,7 @@ pub fn configure(rt: Arc<Runtime>) -> impl FnOnce(&mut web::ServiceConfig) {
             .service(get_only("/healthz", web::get().to(healthz)))
             .service(get_only("/readyz", web::get().to(readyz)))
             .service(get_only("/metrics", web::get().to(metrics)))
+            .service(get_only("/openapi.json", web::get().to(openapi)))
             .configure(crate::admin::configure)
             .default_service(web::to(not_found));
     }

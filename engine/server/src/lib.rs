@@ -13,6 +13,7 @@ pub mod demo;
 pub mod httpc;
 pub mod logging;
 pub mod metrics;
+pub mod openapi;
 pub mod query;
 pub mod redis_state;
 pub mod regress_cmd;

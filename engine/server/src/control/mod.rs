@@ -962,7 +962,7 @@ impl Audit {
 }
 
 /// `POST /admin/v1/rollout`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StageRequest {
     pub version: String,
@@ -974,7 +974,7 @@ pub struct StageRequest {
 }
 
 /// `POST /admin/v1/lists`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewListEntry {
     pub list: ListAction,
