@@ -201,6 +201,15 @@ fn serve_end_to_end_signed_request_then_replay_then_graceful_stop() {
     std::env::set_var(format!("E2E_SECRET_{port}"), "e2e-secret");
 
     let server = start(&cfg);
+    // No admin user configured: the bootstrap admin's password file is readable by its owner only.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let f = d.join("control/initial-admin-password");
+        let mode = std::fs::metadata(&f).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{}", f.display());
+        assert!(std::fs::read_to_string(&f).unwrap().trim().len() >= 12);
+    }
     let (code, body, err) = run(&[
         "sign",
         "--config",

@@ -316,6 +316,24 @@ mod tests {
     }
 
     #[test]
+    fn ct_eq_compares_whole_strings_of_any_content() {
+        assert!(ct_eq(b"", b""));
+        assert!(ct_eq(b"token-1", b"token-1"));
+        assert!(!ct_eq(b"token-1", b"token-2"));
+        assert!(!ct_eq(b"token-1", b"token-10"), "a prefix is not equal");
+        assert!(!ct_eq(b"\x00", b""));
+        // Every single-bit difference anywhere is seen.
+        let a = [0x5au8; 32];
+        for i in 0..32 {
+            for bit in 0..8 {
+                let mut b = a;
+                b[i] ^= 1 << bit;
+                assert!(!ct_eq(&a, &b));
+            }
+        }
+    }
+
+    #[test]
     fn passwords_hash_and_verify() {
         let h = hash_password("correct horse").unwrap();
         assert!(check_hash(&h).is_ok());
