@@ -428,6 +428,15 @@ fn resolve(rt: &Runtime, v: &str) -> Result<String, ApiError> {
     }
 }
 
+/// A stored version, or 404 `VERSION_NOT_FOUND`.
+fn version_doc(rt: &Runtime, id: &str) -> Result<crate::control::VersionDoc, ApiError> {
+    rt.control
+        .store
+        .get_version(id)
+        .map_err(store)?
+        .ok_or_else(|| ApiError::new(404, "VERSION_NOT_FOUND", format!("no version {id}")))
+}
+
 async fn ruleset_get(
     rt: web::Data<Runtime>,
     req: HttpRequest,
@@ -435,12 +444,7 @@ async fn ruleset_get(
 ) -> Result<HttpResponse, ApiError> {
     authorize(&rt, &req, Role::Viewer)?;
     let v = resolve(&rt, &path)?;
-    let doc = rt
-        .control
-        .store
-        .get_version(&v)
-        .map_err(store)?
-        .ok_or_else(|| ApiError::new(404, "VERSION_NOT_FOUND", format!("no version {v}")))?;
+    let doc = version_doc(&rt, &v)?;
     Ok(HttpResponse::Ok().json(doc))
 }
 
@@ -459,14 +463,7 @@ async fn ruleset_diff(
         .map_err(|e| ApiError::new(400, "INVALID_QUERY", e.to_string()))?;
     let v = resolve(&rt, &path)?;
     let against = resolve(&rt, q.against.as_deref().unwrap_or("stable"))?;
-    let get = |id: &str| {
-        rt.control
-            .store
-            .get_version(id)
-            .map_err(store)?
-            .ok_or_else(|| ApiError::new(404, "VERSION_NOT_FOUND", format!("no version {id}")))
-    };
-    let (new, old) = (get(&v)?, get(&against)?);
+    let (new, old) = (version_doc(&rt, &v)?, version_doc(&rt, &against)?);
     let mut files = Vec::new();
     let paths: std::collections::BTreeSet<&String> =
         new.sources.keys().chain(old.sources.keys()).collect();
@@ -523,14 +520,7 @@ async fn ruleset_regress(
     };
     let v = resolve(&rt, &path)?;
     let against = resolve(&rt, r.against.as_deref().unwrap_or("stable"))?;
-    let get = |id: &str| {
-        rt.control
-            .store
-            .get_version(id)
-            .map_err(store)?
-            .ok_or_else(|| ApiError::new(404, "VERSION_NOT_FOUND", format!("no version {id}")))
-    };
-    let (cand, base) = (get(&v)?, get(&against)?);
+    let (cand, base) = (version_doc(&rt, &v)?, version_doc(&rt, &against)?);
     let mut samples = Vec::new();
     for (i, s) in r.samples.iter().enumerate() {
         let text = s.to_string();
@@ -545,9 +535,7 @@ async fn ruleset_regress(
         );
     }
     let settings = rt.config.raw.rules.settings();
-    let rt2 = rt.clone().into_inner();
     let out = web::block(move || -> Result<serde_json::Value, ApiError> {
-        let _ = rt2;
         let run = |doc: &crate::control::VersionDoc| {
             rampart_core::regress::Runner::new(doc.sources(), settings.clone())
                 .map(|r| r.run(&samples))
@@ -645,12 +633,7 @@ async fn ruleset_backtest(
     }
     let examples = b.examples.unwrap_or(20).min(1000);
     let v = resolve(&rt, &path)?;
-    let doc = rt
-        .control
-        .store
-        .get_version(&v)
-        .map_err(store)?
-        .ok_or_else(|| ApiError::new(404, "VERSION_NOT_FOUND", format!("no version {v}")))?;
+    let doc = version_doc(&rt, &v)?;
     let to = now_ms() + 1;
     let from = to - (hours * 3_600_000.0) as i64;
     let dl = &rt.config.raw.decision_log;
