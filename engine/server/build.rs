@@ -35,7 +35,10 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {
 }
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../rules");
+    // The manifest directory of this build (read when the script runs: a build script compiled
+    // for another checkout sharing the target directory must not embed that checkout's rules).
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let root = Path::new(&manifest).join("../../rules");
     let root = root.canonicalize().unwrap_or(root);
     let mut files = Vec::new();
     for tier in ["edge", "gateway", "business", "lists"] {
@@ -51,6 +54,11 @@ fn main() {
         );
     }
     code.push_str("];\n");
+    assert!(
+        files.iter().any(|(rel, _)| rel.ends_with(".rhai")),
+        "no rules under {}: the default rule set would be empty",
+        root.display()
+    );
     // The repository's samples, so the regression endpoint has them on the embedded defaults.
     let samples = root.join("samples");
     println!("cargo:rerun-if-changed={}", samples.display());

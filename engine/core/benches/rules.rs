@@ -37,7 +37,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
 }
 
 fn rules_dir() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../rules")
+    Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../../rules")
 }
 
 fn load_rules() -> Vec<Source> {

@@ -8,7 +8,7 @@ use rampart_core::regress::{Kind, Runner, Sample};
 use rampart_core::rules::{RuleSettings, Source};
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../rules")
+    Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../../rules")
 }
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -333,7 +333,7 @@ fn the_explorer_and_stats_read_clickhouse() {
     wait_for_rows(&ch, "query", 2_500);
     check_queries(&engine, 2_500);
     // The engine migrated at start; `rampart migrate` finds nothing left to do.
-    let out = std::process::Command::new(support::BIN)
+    let out = std::process::Command::new(support::bin())
         .args([
             "migrate",
             "--config",
@@ -371,9 +371,9 @@ fn the_explorer_and_stats_read_the_local_log() {
 }
 
 fn crate_migrations() -> u64 {
-    std::fs::read_dir(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../dashboards/clickhouse/migrations"
+    std::fs::read_dir(format!(
+        "{}/../../dashboards/clickhouse/migrations",
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
     ))
     .unwrap()
     .count() as u64

@@ -61,9 +61,9 @@ fn nginx(dir: &std::path::Path, listen: u16, rampart: &str, upstream: u16) -> Ng
             || std::path::Path::new("/usr/sbin/nginx").exists(),
         "nginx is not installed (scripts/test.sh installs the Debian package)"
     );
-    let example = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../docs/integration/nginx.conf"
+    let example = std::fs::read_to_string(format!(
+        "{}/../../docs/integration/nginx.conf",
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
     ))
     .unwrap()
     .replace("127.0.0.1:8080", rampart)
