@@ -94,8 +94,54 @@ fn made_by_rules(r: &Recorded) -> bool {
     }
 }
 
+/// The rule set's outcome for one request.
+fn judge(set: &RuleSet, req: &DecideRequest, time_ms: i64, errors: &mut u64) -> Outcome {
+    let (v, e) = set.judge(&Req::from_request(req, time_ms));
+    *errors += e;
+    match v {
+        Some(v) => Outcome {
+            action: v.action,
+            code: v.code.as_str().to_string(),
+            rule: v
+                .tier
+                .map(|t| format!("{t}/{}", v.rule.unwrap_or_default())),
+        },
+        None => Outcome {
+            action: Action::Allow,
+            code: "OK".into(),
+            rule: None,
+        },
+    }
+}
+
 /// Replays `rows` (oldest first) through `set`; keeps at most `max_examples` examples.
 pub fn backtest(set: &RuleSet, rows: &[Recorded], max_examples: usize) -> Report {
+    replay(set, rows, max_examples, |r, _, _| Outcome {
+        action: r.action,
+        code: r.code.clone(),
+        rule: match (&r.tier, &r.rule) {
+            (Some(t), Some(rule)) if !t.is_empty() => Some(format!("{t}/{rule}")),
+            _ => None,
+        },
+    })
+}
+
+/// Replays `rows` through both `base` and `head` (each compiled against fresh stores of its own)
+/// and reports what `head` decides differently from `base`: the pipeline's diff over recorded
+/// traffic. `rule_errors` counts both sets' failures. Rows the rules did not decide when
+/// recorded are skipped as in [`backtest`].
+pub fn compare(base: &RuleSet, head: &RuleSet, rows: &[Recorded], max_examples: usize) -> Report {
+    replay(head, rows, max_examples, |r, req, errors| {
+        judge(base, req, r.time_ms, errors)
+    })
+}
+
+fn replay(
+    set: &RuleSet,
+    rows: &[Recorded],
+    max_examples: usize,
+    mut before: impl FnMut(&Recorded, &DecideRequest, &mut u64) -> Outcome,
+) -> Report {
     let mut rep = Report {
         version: set.version().to_string(),
         ..Report::default()
@@ -111,30 +157,8 @@ pub fn backtest(set: &RuleSet, rows: &[Recorded], max_examples: usize) -> Report
             continue;
         }
         rep.replayed += 1;
-        let (v, errors) = set.judge(&Req::from_request(req, r.time_ms));
-        rep.rule_errors += errors;
-        let after = match v {
-            Some(v) => Outcome {
-                action: v.action,
-                code: v.code.as_str().to_string(),
-                rule: v
-                    .tier
-                    .map(|t| format!("{t}/{}", v.rule.unwrap_or_default())),
-            },
-            None => Outcome {
-                action: Action::Allow,
-                code: "OK".into(),
-                rule: None,
-            },
-        };
-        let before = Outcome {
-            action: r.action,
-            code: r.code.clone(),
-            rule: match (&r.tier, &r.rule) {
-                (Some(t), Some(rule)) if !t.is_empty() => Some(format!("{t}/{rule}")),
-                _ => None,
-            },
-        };
+        let before = before(r, req, &mut rep.rule_errors);
+        let after = judge(set, req, r.time_ms, &mut rep.rule_errors);
         if before == after {
             continue;
         }
@@ -165,6 +189,48 @@ pub fn backtest(set: &RuleSet, rows: &[Recorded], max_examples: usize) -> Report
         }
     }
     rep
+}
+
+impl Recorded {
+    /// A decision as the decision explorer returns it (`GET /admin/v1/decisions` items, one per
+    /// line in a recorded-traffic file): the flat row plus its `request` object.
+    pub fn from_row(row: &serde_json::Value) -> Recorded {
+        let s = |k: &str| {
+            row[k]
+                .as_str()
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+        };
+        let request = row.get("request").filter(|r| r.is_object()).and_then(|r| {
+            serde_json::from_value(serde_json::json!({
+                "app": row["app"],
+                "request": {
+                    "method": row["method"],
+                    "path": row["route"],
+                    "query": r["query"].as_str().unwrap_or(""),
+                    "headers": r["headers"],
+                    "body": r["body"],
+                },
+                "client": {
+                    "ip": s("ip"), "device_id": r["device_id"], "ja3": s("ja3"),
+                    "country": s("country"), "isp": s("isp"), "device_type": s("device_type"),
+                    "user_agent": s("user_agent"),
+                },
+                "user_id": s("user"),
+                "params": r["params"],
+            }))
+            .ok()
+        });
+        Recorded {
+            decision_id: s("decision_id").unwrap_or_default(),
+            time_ms: row["time_ms"].as_i64().unwrap_or(0),
+            request,
+            action: serde_json::from_value(row["action"].clone()).unwrap_or(Action::Allow),
+            code: s("code").unwrap_or_default(),
+            tier: s("tier"),
+            rule: s("rule"),
+        }
+    }
 }
 
 #[cfg(test)]

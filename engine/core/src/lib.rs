@@ -8,6 +8,7 @@
 pub mod backtest;
 pub mod bloom;
 pub mod breaker;
+pub mod bundle;
 pub mod canonical;
 pub mod engine;
 pub mod fingerprint;

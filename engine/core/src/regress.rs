@@ -402,6 +402,11 @@ impl Runner {
 
     /// Runs every sample; results come back in the samples' order.
     pub fn run(&self, samples: &[Sample]) -> Report {
+        self.run_with_progress(samples, &|| {})
+    }
+
+    /// [`Runner::run`], calling `tick` after each sample (for progress bars).
+    pub fn run_with_progress(&self, samples: &[Sample], tick: &(dyn Fn() + Sync)) -> Report {
         let threads = self.threads.clamp(1, 64).min(samples.len().max(1));
         let chunk = samples.len().div_ceil(threads).max(1);
         let results: Vec<SampleResult> = std::thread::scope(|s| {
@@ -410,7 +415,13 @@ impl Runner {
                 .map(|part| {
                     s.spawn(move || {
                         let world = World::new(self);
-                        part.iter().map(|x| world.run(x)).collect::<Vec<_>>()
+                        part.iter()
+                            .map(|x| {
+                                let r = world.run(x);
+                                tick();
+                                r
+                            })
+                            .collect::<Vec<_>>()
                     })
                 })
                 .collect();

@@ -82,9 +82,10 @@ proptest! {
 
 #[test]
 fn fuzz_seeds_and_regressions_hold() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds");
+    let root = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap())
+        .join("../../fuzz/seeds");
     let mut seen = 0;
-    for target in ["canonical", "fingerprint", "decide", "waf"] {
+    for target in ["canonical", "fingerprint", "decide", "waf", "bundle"] {
         for entry in std::fs::read_dir(root.join(target)).unwrap() {
             let data = std::fs::read(entry.unwrap().path()).unwrap();
             seen += 1;
@@ -98,6 +99,16 @@ fn fuzz_seeds_and_regressions_hold() {
                 }
                 "decide" => {
                     let _ = serde_json::from_slice::<DecideRequest>(&data);
+                }
+                "bundle" => {
+                    // Byte 0 = 0: a whole document. Nothing verifies under a key that signed
+                    // nothing here.
+                    let key = rampart_core::bundle::SecretKey::from_seed([7; 32]).public("ci");
+                    if let Some((0, rest)) = data.split_first() {
+                        if let Ok(b) = rampart_core::bundle::Bundle::parse(rest) {
+                            assert!(b.verify(std::slice::from_ref(&key), false).is_err());
+                        }
+                    }
                 }
                 "waf" => {
                     // Crash inputs kept from fuzzing (multi-byte characters at slice bounds).

@@ -390,21 +390,67 @@ struct Upload {
     message: String,
 }
 
+/// Takes a signed bundle (`rampart-rules bundle`: `format`, `manifest`, `signature`, `files`),
+/// or, in dev mode only (`[admin] allow_unsigned_uploads`), plain `{files, message}`.
 async fn ruleset_upload(
     rt: web::Data<Runtime>,
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    use rampart_core::bundle::{Bundle, BundleError};
     let who = authorize(&rt, &req, Role::Author)?;
-    let u: Upload = json_body(&rt, &req, payload).await?;
-    let sources: Vec<rampart_core::rules::Source> = u
-        .files
-        .into_iter()
-        .map(|(path, text)| rampart_core::rules::Source { path, text })
-        .collect();
+    let body = read_body(&rt, &req, payload, MAX_ADMIN_BODY).await?;
+    let admin = &rt.config.raw.admin;
+    // A bundle names its format; anything else is a plain upload.
+    let is_bundle = serde_json::from_slice::<serde_json::Value>(&body)
+        .map_err(crate::api::json_error)?
+        .get("format")
+        .is_some();
+    let refuse = |e: BundleError| {
+        rt.metrics.ruleset_rejected.inc();
+        rt.control.audit(
+            &who,
+            "ruleset.refused",
+            "-",
+            None,
+            None,
+            serde_json::json!({ "code": e.code(), "reason": e.to_string() }),
+        );
+        ApiError::new(e.status(), e.code(), e.to_string())
+    };
+    let (sources, message, provenance) = if is_bundle {
+        let bundle = Bundle::parse(&body).map_err(refuse)?;
+        let v = bundle
+            .verify(&admin.trusted_keys(), admin.allow_unsigned_uploads)
+            .map_err(refuse)?;
+        let sources = bundle.sources();
+        let version = rampart_core::rules::content_version(&sources);
+        if version != v.manifest.version {
+            return Err(refuse(BundleError::Tampered(format!(
+                "the files hash to version {version}, the manifest says {}",
+                v.manifest.version.chars().take(64).collect::<String>()
+            ))));
+        }
+        let provenance = crate::control::Provenance {
+            signed_by: v.signed_by,
+            origin: Some(v.manifest.origin),
+        };
+        (sources, v.manifest.message, provenance)
+    } else {
+        if !admin.allow_unsigned_uploads {
+            return Err(refuse(BundleError::Unsigned));
+        }
+        let u: Upload = serde_json::from_slice(&body).map_err(crate::api::json_error)?;
+        let sources = u
+            .files
+            .into_iter()
+            .map(|(path, text)| rampart_core::rules::Source { path, text })
+            .collect();
+        (sources, u.message, Default::default())
+    };
     let (meta, created) = rt
         .control
-        .upload(&rt, &who, &sources, &u.message, "upload")?;
+        .upload(&rt, &who, &sources, &message, "upload", provenance)?;
     let body = serde_json::json!({ "version": meta.version, "created": created, "meta": meta });
     Ok(if created {
         HttpResponse::Created().json(body)
@@ -428,15 +474,6 @@ fn resolve(rt: &Runtime, v: &str) -> Result<String, ApiError> {
     }
 }
 
-/// A stored version, or 404 `VERSION_NOT_FOUND`.
-fn version_doc(rt: &Runtime, id: &str) -> Result<crate::control::VersionDoc, ApiError> {
-    rt.control
-        .store
-        .get_version(id)
-        .map_err(store)?
-        .ok_or_else(|| ApiError::new(404, "VERSION_NOT_FOUND", format!("no version {id}")))
-}
-
 async fn ruleset_get(
     rt: web::Data<Runtime>,
     req: HttpRequest,
@@ -444,7 +481,7 @@ async fn ruleset_get(
 ) -> Result<HttpResponse, ApiError> {
     authorize(&rt, &req, Role::Viewer)?;
     let v = resolve(&rt, &path)?;
-    let doc = version_doc(&rt, &v)?;
+    let doc = rt.control.doc(&v)?;
     Ok(HttpResponse::Ok().json(doc))
 }
 
@@ -463,7 +500,7 @@ async fn ruleset_diff(
         .map_err(|e| ApiError::new(400, "INVALID_QUERY", e.to_string()))?;
     let v = resolve(&rt, &path)?;
     let against = resolve(&rt, q.against.as_deref().unwrap_or("stable"))?;
-    let (new, old) = (version_doc(&rt, &v)?, version_doc(&rt, &against)?);
+    let (new, old) = (rt.control.doc(&v)?, rt.control.doc(&against)?);
     let mut files = Vec::new();
     let paths: std::collections::BTreeSet<&String> =
         new.sources.keys().chain(old.sources.keys()).collect();
@@ -520,7 +557,7 @@ async fn ruleset_regress(
     };
     let v = resolve(&rt, &path)?;
     let against = resolve(&rt, r.against.as_deref().unwrap_or("stable"))?;
-    let (cand, base) = (version_doc(&rt, &v)?, version_doc(&rt, &against)?);
+    let (cand, base) = (rt.control.doc(&v)?, rt.control.doc(&against)?);
     let mut samples = Vec::new();
     for (i, s) in r.samples.iter().enumerate() {
         let text = s.to_string();
@@ -563,45 +600,6 @@ struct BacktestRequest {
     examples: Option<usize>,
 }
 
-/// A decision-log row (explorer JSON) as a recorded decision for the backtest.
-fn recorded(row: &serde_json::Value) -> rampart_core::backtest::Recorded {
-    let s = |k: &str| {
-        row[k]
-            .as_str()
-            .filter(|v| !v.is_empty())
-            .map(str::to_string)
-    };
-    let request = row.get("request").filter(|r| r.is_object()).and_then(|r| {
-        serde_json::from_value(serde_json::json!({
-            "app": row["app"],
-            "request": {
-                "method": row["method"],
-                "path": row["route"],
-                "query": r["query"].as_str().unwrap_or(""),
-                "headers": r["headers"],
-                "body": r["body"],
-            },
-            "client": {
-                "ip": s("ip"), "device_id": r["device_id"], "ja3": s("ja3"), "country": s("country"),
-                "isp": s("isp"), "device_type": s("device_type"), "user_agent": s("user_agent"),
-            },
-            "user_id": s("user"),
-            "params": r["params"],
-        }))
-        .ok()
-    });
-    rampart_core::backtest::Recorded {
-        decision_id: s("decision_id").unwrap_or_default(),
-        time_ms: row["time_ms"].as_i64().unwrap_or(0),
-        request,
-        action: serde_json::from_value(row["action"].clone())
-            .unwrap_or(rampart_core::Action::Allow),
-        code: s("code").unwrap_or_default(),
-        tier: s("tier"),
-        rule: s("rule"),
-    }
-}
-
 async fn ruleset_backtest(
     rt: web::Data<Runtime>,
     req: HttpRequest,
@@ -633,7 +631,7 @@ async fn ruleset_backtest(
     }
     let examples = b.examples.unwrap_or(20).min(1000);
     let v = resolve(&rt, &path)?;
-    let doc = version_doc(&rt, &v)?;
+    let doc = rt.control.doc(&v)?;
     let to = now_ms() + 1;
     let from = to - (hours * 3_600_000.0) as i64;
     let dl = &rt.config.raw.decision_log;
@@ -664,7 +662,10 @@ async fn ruleset_backtest(
                     .with_details(serde_json::to_value(&errs).unwrap_or_default())
             },
         )?;
-        let recs: Vec<_> = rows.iter().map(recorded).collect();
+        let recs: Vec<_> = rows
+            .iter()
+            .map(rampart_core::backtest::Recorded::from_row)
+            .collect();
         let r = rampart_core::backtest::backtest(&set, &recs, examples);
         let mut out = serde_json::to_value(&r).unwrap_or_default();
         out["from_ms"] = from.into();

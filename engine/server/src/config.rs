@@ -69,6 +69,10 @@ pub struct AdminConfig {
     pub canary_min_samples: u64,
     pub canary_max_refusal_increase: f64,
     pub canary_max_error_increase: f64,
+    /// Public keys whose signed rule bundles `POST /admin/v1/rulesets` accepts.
+    pub bundle_keys: Vec<BundleKey>,
+    /// Dev mode: also accept unsigned uploads (and stage them). On in the embedded defaults only.
+    pub allow_unsigned_uploads: bool,
 }
 
 impl Default for AdminConfig {
@@ -85,8 +89,20 @@ impl Default for AdminConfig {
             canary_min_samples: 200,
             canary_max_refusal_increase: 0.05,
             canary_max_error_increase: 0.01,
+            bundle_keys: Vec::new(),
+            allow_unsigned_uploads: false,
         }
     }
+}
+
+/// `[[admin.bundle_keys]]`: a trusted public key of the rule pipeline (`rampart-rules keygen`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleKey {
+    /// Shown in the audit log and the version's metadata as the signer.
+    pub name: String,
+    /// `ed25519:<base64>` (the `.pub` file `rampart-rules keygen` writes).
+    pub public_key: String,
 }
 
 /// `[[admin.users]]`.
@@ -133,6 +149,14 @@ impl std::fmt::Debug for AdminToken {
 }
 
 impl AdminConfig {
+    /// The trusted bundle keys (checked by `validate`).
+    pub fn trusted_keys(&self) -> Vec<rampart_core::bundle::PublicKey> {
+        self.bundle_keys
+            .iter()
+            .filter_map(|k| rampart_core::bundle::PublicKey::parse(&k.name, &k.public_key).ok())
+            .collect()
+    }
+
     /// The configured identities, with token hashes resolved (checked by `validate`).
     pub fn identities(&self) -> crate::control::auth::Identities {
         use crate::control::auth::{Identities, Token, User};
@@ -238,6 +262,18 @@ impl AdminConfig {
         }
         if self.canary_min_samples == 0 {
             errs.push("admin.canary_min_samples must be ≥ 1".into());
+        }
+        let mut key_names = std::collections::HashSet::new();
+        for k in &self.bundle_keys {
+            if k.name.is_empty() || k.name.len() > 64 || !key_names.insert(k.name.as_str()) {
+                errs.push(format!(
+                    "admin.bundle_keys: name {:?} must be 1–64 characters and unique",
+                    k.name
+                ));
+            }
+            if let Err(e) = rampart_core::bundle::PublicKey::parse(&k.name, &k.public_key) {
+                errs.push(format!("admin.bundle_keys {:?}: {e}", k.name));
+            }
         }
         for (k, v) in [
             (
@@ -680,7 +716,11 @@ impl Config {
             decision_log: DecisionLogConfig::default(),
             rules: RulesConfig::default(),
             log: LogConfig::default(),
-            admin: AdminConfig::default(),
+            // A local trial: rule sets may be uploaded from the console without a pipeline key.
+            admin: AdminConfig {
+                allow_unsigned_uploads: true,
+                ..AdminConfig::default()
+            },
         }
     }
 
@@ -1130,6 +1170,7 @@ fn parse_scalar(v: &str) -> toml::Value {
 #[derive(serde::Serialize)]
 struct EmbeddedToml {
     apps: Vec<toml::Table>,
+    admin: toml::Table,
 }
 
 impl From<Config> for EmbeddedToml {
@@ -1148,6 +1189,10 @@ impl From<Config> for EmbeddedToml {
                     t
                 })
                 .collect(),
+            admin: toml::Table::from_iter([(
+                "allow_unsigned_uploads".to_string(),
+                c.admin.allow_unsigned_uploads.into(),
+            )]),
         }
     }
 }
@@ -1181,6 +1226,26 @@ mod tests {
         assert_eq!(v.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(v.apps[0].0, "demo");
         assert_eq!(v.retention_ms, 60_000);
+        // The embedded defaults are a trial set-up: unsigned uploads; a config file has to ask.
+        assert!(v.raw.admin.allow_unsigned_uploads);
+        let c = load("[[apps]]\nid='a'\nsecret='s'\n", &[]).unwrap();
+        assert!(!c.admin.allow_unsigned_uploads);
+    }
+
+    #[test]
+    fn bundle_keys_are_checked() {
+        let c = load(
+            "[[apps]]\nid='a'\nsecret='s'\n[[admin.bundle_keys]]\nname='ci'\npublic_key='ed25519:AAAA'\n\
+             [[admin.bundle_keys]]\nname='ci'\npublic_key='ed25519:11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo='\n",
+            &[],
+        )
+        .unwrap();
+        let msg = c.validate().unwrap_err().to_string();
+        assert!(
+            msg.contains("admin.bundle_keys \"ci\": public key: not 32 bytes"),
+            "{msg}"
+        );
+        assert!(msg.contains("must be 1–64 characters and unique"), "{msg}");
     }
 
     #[test]

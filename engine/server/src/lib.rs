@@ -18,7 +18,6 @@ pub mod query;
 pub mod redis_state;
 pub mod regress_cmd;
 pub mod reqid;
-pub mod rules_dir;
 pub mod runtime;
 
 pub use runtime::Runtime;

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use rampart_core::regress::{Kind, Report, Runner, Sample};
 use rampart_core::rules::RuleSettings;
 
-use crate::rules_dir::read_sources;
+use rampart_files::{read_samples, read_sources};
 
 #[derive(clap::Args)]
 pub struct RegressArgs {
@@ -31,39 +31,6 @@ pub struct RegressArgs {
     /// List every failing sample (default: the first 20).
     #[arg(long)]
     all: bool,
-}
-
-/// Reads every sample file below `dir`, sorted by path.
-pub fn read_samples(dir: &Path) -> Result<Vec<Sample>, String> {
-    let mut files = Vec::new();
-    collect(dir, &mut files).map_err(|e| format!("{}: {e}", dir.display()))?;
-    files.sort();
-    let mut out = Vec::new();
-    let mut errors = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
-        match Sample::parse(&f.display().to_string(), &text) {
-            Ok(s) => out.push(s),
-            Err(e) => errors.push(e.to_string()),
-        }
-    }
-    if errors.is_empty() {
-        Ok(out)
-    } else {
-        Err(errors.join("\n"))
-    }
-}
-
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    for e in std::fs::read_dir(dir)? {
-        let p = e?.path();
-        if p.is_dir() {
-            collect(&p, out)?;
-        } else if p.extension().is_some_and(|x| x == "json") {
-            out.push(p);
-        }
-    }
-    Ok(())
 }
 
 fn runner(dir: &Path) -> Result<Runner, String> {

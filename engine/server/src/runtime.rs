@@ -145,7 +145,7 @@ pub fn load_rules(cfg: &Validated, state: &RuleState) -> Result<RuleSet, StartEr
         });
     };
     let shown = dir.display().to_string();
-    let sources = crate::rules_dir::read_sources(dir).map_err(|err| StartError::RulesDir {
+    let sources = rampart_files::read_sources(dir).map_err(|err| StartError::RulesDir {
         dir: shown.clone(),
         err,
     })?;
@@ -293,7 +293,7 @@ impl Runtime {
     fn import_rules(&self) {
         let r = &self.config.raw.rules;
         let imported = match (&r.dir, r.defaults) {
-            (Some(dir), _) => match crate::rules_dir::read_sources(dir) {
+            (Some(dir), _) => match rampart_files::read_sources(dir) {
                 Ok(sources) => self.control.import(self, &sources, "rules-dir", true),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the rule directory");
@@ -322,9 +322,9 @@ impl Runtime {
         let Some(dir) = &self.config.raw.rules.dir else {
             return last;
         };
-        let sig = crate::rules_dir::signature(dir);
+        let sig = rampart_files::signature(dir);
         if sig != last {
-            match crate::rules_dir::read_sources(dir) {
+            match rampart_files::read_sources(dir) {
                 Ok(sources) => {
                     if let Err(e) = self.control.import(self, &sources, "rules-dir", true) {
                         tracing::warn!(error = %e.message, code = e.code, "rule directory change not applied; the live set is unchanged");
@@ -356,7 +356,7 @@ impl Runtime {
                     .rules
                     .dir
                     .as_deref()
-                    .map(crate::rules_dir::signature)
+                    .map(rampart_files::signature)
                     .unwrap_or(0);
                 while !rt.stop.load(Ordering::Acquire) {
                     let now = now_ms();

@@ -152,6 +152,8 @@ fn start(cfg: &Path) -> Server {
         .to_string();
     let child = Command::new(BIN)
         .args(["serve", "--config", cfg.to_str().unwrap()])
+        // The hot-swap test uploads plain sets (dev mode); signing has tests of its own.
+        .env("RAMPART_ADMIN_ALLOW_UNSIGNED_UPLOADS", "true")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -1295,6 +1295,21 @@ fn unknown_calls(src: &Source, engine: &rhai::Engine) -> Vec<RuleError> {
         .collect()
 }
 
+/// A rule set's version: the content hash over every file's path and text (in path order), the
+/// same whoever computes it (server, pipeline, bundle manifest).
+pub fn content_version(sources: &[Source]) -> String {
+    let mut sorted: Vec<&Source> = sources.iter().collect();
+    sorted.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut h = Sha256::new();
+    for s in &sorted {
+        h.update((s.path.len() as u64).to_le_bytes());
+        h.update(s.path.as_bytes());
+        h.update((s.text.len() as u64).to_le_bytes());
+        h.update(s.text.as_bytes());
+    }
+    hex::encode(&h.finalize()[..8])
+}
+
 impl RuleSet {
     /// The empty rule set: every tier passes.
     pub fn empty(settings: RuleSettings) -> RuleSet {
@@ -1323,15 +1338,7 @@ impl RuleSet {
         let mut sorted: Vec<&Source> = sources.iter().collect();
         sorted.sort_by(|a, b| a.path.cmp(&b.path));
 
-        // Version: content hash over every file, path and text.
-        let mut h = Sha256::new();
-        for s in &sorted {
-            h.update((s.path.len() as u64).to_le_bytes());
-            h.update(s.path.as_bytes());
-            h.update((s.text.len() as u64).to_le_bytes());
-            h.update(s.text.as_bytes());
-        }
-        let version = hex::encode(&h.finalize()[..8]);
+        let version = content_version(sources);
 
         // Lists first: rules refer to them.
         let mut lists = Lists::default();

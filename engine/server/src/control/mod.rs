@@ -36,6 +36,22 @@ pub struct VersionMeta {
     pub source: String,
     pub files: usize,
     pub rules: usize,
+    /// The trusted key that signed the uploaded bundle (its `[[admin.bundle_keys]]` name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
+    /// The bundle's git origin (repository, ref, commit), as signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<rampart_core::bundle::Origin>,
+}
+
+/// Where an upload came from: a verified bundle's signer and origin, or nothing.
+#[derive(Debug, Clone, Default)]
+pub struct Provenance {
+    /// Key name and id.
+    pub signed_by: Option<(String, String)>,
+    pub origin: Option<rampart_core::bundle::Origin>,
 }
 
 /// A stored version: metadata and every file.
@@ -245,13 +261,7 @@ impl Control {
         if live.version() == version {
             return Ok(live);
         }
-        let doc = self
-            .store
-            .get_version(version)
-            .map_err(store_err)?
-            .ok_or_else(|| {
-                ApiError::new(404, "VERSION_NOT_FOUND", format!("no version {version}"))
-            })?;
+        let doc = self.doc(version)?;
         let set = RuleSet::compile(
             &doc.sources(),
             rt.config.raw.rules.settings(),
@@ -476,6 +486,7 @@ impl Control {
         sources: &[Source],
         message: &str,
         source: &str,
+        provenance: Provenance,
     ) -> Result<(VersionMeta, bool), ApiError> {
         let set = RuleSet::compile(sources, rt.config.raw.rules.settings(), &rt.rule_state)
             .map_err(|errors| {
@@ -501,6 +512,9 @@ impl Control {
             source: source.into(),
             files: sources.len(),
             rules: set.rule_count(),
+            key_id: provenance.signed_by.as_ref().map(|(_, id)| id.clone()),
+            signed_by: provenance.signed_by.map(|(name, _)| name),
+            origin: provenance.origin,
         };
         let doc = VersionDoc {
             meta: meta.clone(),
@@ -517,7 +531,10 @@ impl Control {
             &version,
             meta.parent.clone(),
             Some(version.clone()),
-            serde_json::json!({ "message": meta.message, "files": meta.files, "rules": meta.rules }),
+            serde_json::json!({
+                "message": meta.message, "files": meta.files, "rules": meta.rules,
+                "signed_by": meta.signed_by, "key_id": meta.key_id, "origin": meta.origin,
+            }),
         );
         Ok((meta, true))
     }
@@ -538,6 +555,7 @@ impl Control {
             sources,
             &format!("imported from {source}"),
             source,
+            Provenance::default(),
         )?;
         let v = meta.version;
         let cur = self.store.load().map_err(store_err)?;
@@ -611,6 +629,7 @@ impl Control {
             }
             _ => None,
         };
+        self.require_signed(rt, &req.version)?;
         // Compiles (and caches) before the state says anyone should run it.
         self.compiled(rt, &req.version)?;
         let version = req.version.clone();
@@ -665,6 +684,31 @@ impl Control {
         })
     }
 
+    /// Without dev mode, an uploaded version goes live only if a trusted key signed it (versions
+    /// uploaded while `allow_unsigned_uploads` was on stay unstageable after it is turned off).
+    fn require_signed(&self, rt: &Runtime, version: &str) -> Result<(), ApiError> {
+        if rt.config.raw.admin.allow_unsigned_uploads {
+            return Ok(());
+        }
+        let doc = self.doc(version)?;
+        if doc.meta.source == "upload" && doc.meta.signed_by.is_none() {
+            return Err(ApiError::new(
+                403,
+                "BUNDLE_UNSIGNED",
+                format!("{version} was uploaded unsigned; only signed bundles go live here"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A stored version, or 404 `VERSION_NOT_FOUND`.
+    pub fn doc(&self, version: &str) -> Result<VersionDoc, ApiError> {
+        self.store
+            .get_version(version)
+            .map_err(store_err)?
+            .ok_or_else(|| ApiError::new(404, "VERSION_NOT_FOUND", format!("no version {version}")))
+    }
+
     /// Promotes the candidate to stable: by an approver who is not the version's author.
     pub fn approve(
         &self,
@@ -672,13 +716,7 @@ impl Control {
         who: &Principal,
         version: &str,
     ) -> Result<ControlState, ApiError> {
-        let doc = self
-            .store
-            .get_version(version)
-            .map_err(store_err)?
-            .ok_or_else(|| {
-                ApiError::new(404, "VERSION_NOT_FOUND", format!("no version {version}"))
-            })?;
+        let doc = self.doc(version)?;
         if doc.meta.author == who.name {
             return Err(ApiError::new(
                 403,
@@ -686,6 +724,7 @@ impl Control {
                 format!("{} wrote {version}; someone else must approve it", who.name),
             ));
         }
+        self.require_signed(rt, version)?;
         self.compiled(rt, version)?;
         self.mutate(rt, who, |s| {
             match &s.candidate {

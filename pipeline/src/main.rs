@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    rampart_rules::run()
+}
