@@ -64,7 +64,7 @@ if [ "$FUZZ_SECONDS" != "0" ]; then
   fi
   # cargo fuzz needs unstable sanitizer flags; RUSTC_BOOTSTRAP lets the stable toolchain accept
   # them for this build only.
-  for target in canonical fingerprint decide waf; do
+  for target in canonical fingerprint decide waf bundle authz; do
     mkdir -p "fuzz/corpus/$target"
     (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run "$target" "corpus/$target" "seeds/$target" -- \
       -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -print_final_stats=0 2>&1 | tail -n 3)

@@ -12,6 +12,7 @@ pub mod bundle;
 pub mod canonical;
 pub mod engine;
 pub mod fingerprint;
+pub mod forward;
 pub mod hll;
 pub mod limits;
 pub mod model;

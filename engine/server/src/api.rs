@@ -4,13 +4,12 @@
 //!
 //! Errors of the call itself are answered 4xx with `{"error":{"code","message"}}`, never a 5xx.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
-use rampart_core::model::{JudgedRequest, Reason, ShadowHit};
+use rampart_core::model::{Reason, ShadowHit};
 use rampart_core::{Action, Code, DecideRequest, Verdict};
 use serde::{Deserialize, Serialize};
 
@@ -305,89 +304,22 @@ async fn decide(
     Ok(HttpResponse::Ok().json(out))
 }
 
-/// The decide request a forward-auth call describes (nginx `auth_request`, Envoy `ext_authz`
-/// HTTP service, Traefik `ForwardAuth`).
+/// The decide request a forward-auth call describes (`rampart_core::forward`).
 fn authz_request(req: &HttpRequest) -> Result<DecideRequest, ApiError> {
-    let header = |name: &str| {
-        req.headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-    };
-    let app = header("x-app").ok_or_else(|| {
-        ApiError::new(400, "INVALID_FIELD", "forward-auth needs the X-App header")
-    })?;
-    // nginx sends X-Original-*, Traefik X-Forwarded-*; Envoy forwards the original method and
-    // path as the check request's own (after the configured path prefix).
-    let method = header("x-original-method")
-        .or_else(|| header("x-forwarded-method"))
-        .map(str::to_string)
-        .unwrap_or_else(|| req.method().as_str().to_string());
-    let uri = match header("x-original-uri").or_else(|| header("x-forwarded-uri")) {
-        Some(u) => u.to_string(),
-        None => {
-            let full = req
-                .uri()
-                .path_and_query()
-                .map(|p| p.as_str())
-                .unwrap_or("/");
-            let rest = full.strip_prefix("/v1/authz").unwrap_or(full);
-            if rest.is_empty() || rest.starts_with('?') {
-                format!("/{rest}")
-            } else {
-                rest.to_string()
-            }
-        }
-    };
-    let (path, query) = match uri.split_once('?') {
-        Some((p, q)) => (p.to_string(), q.to_string()),
-        None => (uri, String::new()),
-    };
-    if !path.starts_with('/') {
-        return Err(ApiError::new(
-            400,
-            "INVALID_FIELD",
-            "the original URI must be an absolute path",
-        ));
+    let headers: Vec<(&str, &str)> = req
+        .headers()
+        .iter()
+        .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)))
+        .collect();
+    let peer = req.peer_addr().map(|a| a.ip().to_string());
+    rampart_core::forward::CheckRequest {
+        headers: &headers,
+        method: req.method().as_str(),
+        path_and_query: req.uri().path_and_query().map_or("/", |p| p.as_str()),
+        peer_ip: peer.as_deref(),
     }
-    // The client: the first X-Forwarded-For entry (set by the trusted proxy in front), else
-    // X-Real-IP, else the peer.
-    let ip = header("x-forwarded-for")
-        .and_then(|v| v.split(',').next())
-        .map(str::trim)
-        .or_else(|| header("x-real-ip"))
-        .map(str::to_string)
-        .or_else(|| req.peer_addr().map(|a| a.ip().to_string()));
-    let mut headers = HashMap::new();
-    for (name, value) in req.headers() {
-        if let Ok(v) = value.to_str() {
-            headers.insert(name.as_str().to_ascii_lowercase(), v.to_string());
-        }
-    }
-    let mut d = DecideRequest {
-        app: app.to_string(),
-        request: JudgedRequest {
-            method,
-            path,
-            query,
-            // Proxies do not forward the body: the client's declared hash, else the empty body's.
-            body_sha256: header("x-content-sha256").map(str::to_string),
-            headers,
-            body: None,
-        },
-        user_id: header("x-user-id").map(str::to_string),
-        ..Default::default()
-    };
-    let c = &mut d.client;
-    c.ip = ip;
-    c.device_id = header("x-device-id").map(str::to_string);
-    c.ja3 = header("x-ja3").map(str::to_string);
-    c.country = header("x-country").map(str::to_string);
-    c.isp = header("x-isp").map(str::to_string);
-    c.device_type = header("x-device-type").map(str::to_string);
-    c.user_agent = header("user-agent").map(str::to_string);
-    Ok(d)
+    .to_decide()
+    .map_err(|e| ApiError::new(400, "INVALID_FIELD", e.to_string()))
 }
 
 /// `GET|POST /v1/authz`: forward-auth. 200 to allow; else the decision's status, with the
