@@ -47,6 +47,20 @@ cargo fmt --all -- --check
 step "lint"
 cargo clippy --workspace --all-targets --locked --release -- -D warnings
 
+step "dependencies (cargo deny: licences, bans and duplicate versions, sources)"
+if ! command -v cargo-deny >/dev/null 2>&1; then
+  echo "installing cargo-deny (once, a few minutes)"
+  cargo install cargo-deny --locked --quiet
+fi
+cargo deny --locked check licenses bans sources
+# The advisory database is cloned from GitHub; where GitHub cannot be reached the check is skipped
+# (and says so), not failed.
+if timeout 20 git ls-remote https://github.com/rustsec/advisory-db HEAD >/dev/null 2>&1; then
+  cargo deny --locked check advisories
+else
+  echo "cargo deny check advisories: skipped (the RustSec advisory database cannot be fetched here)"
+fi
+
 step "tests"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT

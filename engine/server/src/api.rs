@@ -304,6 +304,35 @@ async fn decide(
     Ok(HttpResponse::Ok().json(out))
 }
 
+/// Refuses a request whose headers exceed `[server] max_header_bytes` with `431
+/// HEADERS_TOO_LARGE`, before any handler reads them.
+pub async fn header_limit(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody>,
+) -> Result<
+    actix_web::dev::ServiceResponse<actix_web::body::EitherBody<impl actix_web::body::MessageBody>>,
+    actix_web::Error,
+> {
+    if let Some(rt) = req.app_data::<web::Data<Runtime>>() {
+        let max = rt.limits.max_header_bytes;
+        let size: usize = req
+            .headers()
+            .iter()
+            .map(|(n, v)| n.as_str().len() + v.len() + 4)
+            .sum();
+        if size > max {
+            rt.metrics.api_error("HEADERS_TOO_LARGE");
+            let e = ApiError::new(
+                431,
+                "HEADERS_TOO_LARGE",
+                format!("the request headers take {size} bytes; at most {max} are accepted"),
+            );
+            return Ok(req.into_response(e.error_response()).map_into_right_body());
+        }
+    }
+    Ok(next.call(req).await?.map_into_left_body())
+}
+
 /// The decide request a forward-auth call describes (`rampart_core::forward`).
 fn authz_request(req: &HttpRequest) -> Result<DecideRequest, ApiError> {
     let headers: Vec<(&str, &str)> = req

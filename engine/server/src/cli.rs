@@ -168,13 +168,28 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
     let addr = rt.config.listen;
     tracing::info!(%addr, workers, "rampart listening on http://{addr}");
     let server_rt = rt.clone();
+    let srv = rt.config.raw.server.clone();
     let result = actix_web::rt::System::new().block_on(async move {
         actix_web::HttpServer::new(move || {
             actix_web::App::new()
+                .wrap(actix_web::middleware::from_fn(crate::api::header_limit))
                 .wrap(actix_web::middleware::from_fn(crate::reqid::middleware))
                 .configure(crate::api::configure(Arc::clone(&server_rt)))
         })
         .workers(workers)
+        .max_connections(srv.max_connections)
+        .max_connection_rate(srv.max_connection_rate)
+        .client_request_timeout(std::time::Duration::from_millis(
+            srv.client_request_timeout_ms,
+        ))
+        .client_disconnect_timeout(std::time::Duration::from_millis(
+            srv.client_disconnect_timeout_ms,
+        ))
+        .keep_alive(if srv.keep_alive_ms == 0 {
+            actix_web::http::KeepAlive::Disabled
+        } else {
+            actix_web::http::KeepAlive::Timeout(std::time::Duration::from_millis(srv.keep_alive_ms))
+        })
         .shutdown_timeout(5)
         .listen(listener)?
         .run()

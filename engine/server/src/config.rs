@@ -300,6 +300,18 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     pub max_batch_body_bytes: usize,
     pub max_batch_items: usize,
+    /// Largest total of request header names and values (each plus 4 bytes for `: ` and CRLF).
+    pub max_header_bytes: usize,
+    /// Open connections per worker; more wait in the accept queue.
+    pub max_connections: usize,
+    /// New TLS-free connections accepted per worker at once (actix-web's handshake limit).
+    pub max_connection_rate: usize,
+    /// Time a client has to send a whole request head; slower → 408 and the connection closed.
+    pub client_request_timeout_ms: u64,
+    /// Time to finish closing a connection after the response; then it is dropped.
+    pub client_disconnect_timeout_ms: u64,
+    /// Idle keep-alive time of a connection between requests; 0 = no keep-alive.
+    pub keep_alive_ms: u64,
     pub challenge_status: u16,
     /// Name of this instance in the decision log; empty = host name.
     pub instance: String,
@@ -313,6 +325,12 @@ impl Default for ServerConfig {
             max_body_bytes: 64 * 1024,
             max_batch_body_bytes: 1024 * 1024,
             max_batch_items: 100,
+            max_header_bytes: 16 * 1024,
+            max_connections: 25_000,
+            max_connection_rate: 256,
+            client_request_timeout_ms: 5_000,
+            client_disconnect_timeout_ms: 1_000,
+            keep_alive_ms: 5_000,
             challenge_status: 401,
             instance: String::new(),
         }
@@ -781,6 +799,23 @@ impl Config {
         if self.server.max_batch_body_bytes < self.server.max_body_bytes {
             errs.push("server.max_batch_body_bytes must be ≥ server.max_body_bytes".into());
         }
+        if !(1024..=65_536).contains(&self.server.max_header_bytes) {
+            errs.push("server.max_header_bytes must be 1024–65536".into());
+        }
+        if self.server.max_connections == 0 || self.server.max_connection_rate == 0 {
+            errs.push("server.max_connections and server.max_connection_rate must be ≥ 1".into());
+        }
+        // actix-http measures these against a clock it refreshes every 500 ms: below a second
+        // a deadline can already have passed when the head arrives.
+        if !(1_000..=60_000).contains(&self.server.client_request_timeout_ms) {
+            errs.push("server.client_request_timeout_ms must be 1000–60000".into());
+        }
+        if self.server.client_disconnect_timeout_ms > 60_000 {
+            errs.push("server.client_disconnect_timeout_ms must be ≤ 60000".into());
+        }
+        if self.server.keep_alive_ms > 600_000 {
+            errs.push("server.keep_alive_ms must be ≤ 600000".into());
+        }
         if self.server.max_batch_items == 0 {
             errs.push("server.max_batch_items must be at least 1".into());
         }
@@ -1230,6 +1265,25 @@ mod tests {
         assert!(v.raw.admin.allow_unsigned_uploads);
         let c = load("[[apps]]\nid='a'\nsecret='s'\n", &[]).unwrap();
         assert!(!c.admin.allow_unsigned_uploads);
+    }
+
+    #[test]
+    fn connection_limits_are_checked() {
+        let c = load(
+            "[server]\nmax_header_bytes = 100\nmax_connections = 0\nclient_request_timeout_ms = 5\n\
+             keep_alive_ms = 9999999\n[[apps]]\nid='a'\nsecret='s'\n",
+            &[],
+        )
+        .unwrap();
+        let msg = c.validate().unwrap_err().to_string();
+        for k in [
+            "max_header_bytes",
+            "max_connections",
+            "client_request_timeout_ms",
+            "keep_alive_ms",
+        ] {
+            assert!(msg.contains(&format!("server.{k}")), "{k}: {msg}");
+        }
     }
 
     #[test]

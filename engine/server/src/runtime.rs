@@ -25,6 +25,7 @@ pub struct Limits {
     pub max_body_bytes: usize,
     pub max_batch_body_bytes: usize,
     pub max_batch_items: usize,
+    pub max_header_bytes: usize,
 }
 
 /// Decision ids: UUIDv7 layout (48-bit Unix ms, then random bits from a per-process seed mixed
@@ -264,6 +265,7 @@ impl Runtime {
             max_body_bytes: s.max_body_bytes,
             max_batch_body_bytes: s.max_batch_body_bytes,
             max_batch_items: s.max_batch_items,
+            max_header_bytes: s.max_header_bytes,
         };
         let rt = Arc::new(Runtime {
             engine,

@@ -375,6 +375,12 @@ impl Engine {
     /// Starts an engine with `config` (TOML without `[server]`, which is added here) and waits
     /// until it is ready.
     pub fn start(dir: &Path, name: &str, config: &str) -> Engine {
+        Engine::start_with_env(dir, name, config, &[])
+    }
+
+    /// [`Engine::start`] with extra environment variables (`RAMPART_SERVER_…` overrides for the
+    /// `[server]` section this harness writes).
+    pub fn start_with_env(dir: &Path, name: &str, config: &str, env: &[(&str, &str)]) -> Engine {
         let port = free_port();
         let cfg = dir.join(format!("{name}.toml"));
         let log = dir.join(format!("{name}-log"));
@@ -396,7 +402,12 @@ impl Engine {
         if !config.contains("allow_unsigned_uploads") {
             cmd.env("RAMPART_ADMIN_ALLOW_UNSIGNED_UPLOADS", "true");
         }
-        let child = cmd.stdout(Stdio::null()).stderr(stderr).spawn().unwrap();
+        let child = cmd
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
         let e = Engine {
             child,
             base: format!("http://127.0.0.1:{port}"),
