@@ -32,6 +32,26 @@ fn rr(dir: &Path, args: &[&str], token: Option<&str>) -> (i32, String, String) {
     )
 }
 
+/// `rampart-rules promote ../bundle.json --engine <e> --stage <stage> [extra…]` with `token`.
+fn promote(
+    repo: &Path,
+    e: &Engine,
+    stage: &str,
+    extra: &[&str],
+    token: Option<&str>,
+) -> (i32, String, String) {
+    let mut args = vec![
+        "promote",
+        "../bundle.json",
+        "--engine",
+        &e.base,
+        "--stage",
+        stage,
+    ];
+    args.extend_from_slice(extra);
+    rr(repo, &args, token)
+}
+
 /// Runs the plain CI script (`pipeline/ci/rules-ci.sh`) in `dir` with `rampart-rules` on PATH.
 fn ci(dir: &Path, mode: &str, env: &[(&str, &str)]) -> (i32, String, String) {
     let script = Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("ci/rules-ci.sh");
@@ -478,62 +498,17 @@ fn validate_bundle_promote_canary_approve_stable_against_a_real_engine() {
     assert_eq!(b["origin"]["dirty"], Value::Null, "clean tree: {b}");
 
     // Without a token, or with a bad one, promotion fails and says why.
-    let (code, _, err) = rr(
-        &repo,
-        &[
-            "promote",
-            "../bundle.json",
-            "--engine",
-            &e.base,
-            "--stage",
-            "canary:25",
-        ],
-        None,
-    );
+    let (code, _, err) = promote(&repo, &e, "canary:25", &[], None);
     assert_eq!(code, 2);
     assert!(err.contains("RAMPART_TOKEN"), "{err}");
-    let (code, out, _) = rr(
-        &repo,
-        &[
-            "promote",
-            "../bundle.json",
-            "--engine",
-            &e.base,
-            "--stage",
-            "canary:25",
-        ],
-        Some("wrong-token-0123456789"),
-    );
+    let (code, out, _) = promote(&repo, &e, "canary:25", &[], Some("wrong-token-0123456789"));
     assert_eq!(code, 1);
     assert!(out.contains("HTTP 401 UNAUTHENTICATED"), "{out}");
-    let (code, _, err) = rr(
-        &repo,
-        &[
-            "promote",
-            "../bundle.json",
-            "--engine",
-            &e.base,
-            "--stage",
-            "canary:0",
-        ],
-        Some(CI_TOKEN),
-    );
+    let (code, _, err) = promote(&repo, &e, "canary:0", &[], Some(CI_TOKEN));
     assert_eq!(code, 2, "{err}");
 
     // Shadow first, by hand...
-    let (code, out, err) = rr(
-        &repo,
-        &[
-            "promote",
-            "../bundle.json",
-            "--engine",
-            &e.base,
-            "--stage",
-            "shadow",
-            "--json",
-        ],
-        Some(CI_TOKEN),
-    );
+    let (code, out, err) = promote(&repo, &e, "shadow", &["--json"], Some(CI_TOKEN));
     assert_eq!(code, 0, "{out}{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["version"], version.as_str());
@@ -578,46 +553,13 @@ fn validate_bundle_promote_canary_approve_stable_against_a_real_engine() {
     );
 
     // Stable is a human's approval: the pipeline (the uploader) cannot give it, nor can an author.
-    let (code, out, _) = rr(
-        &repo,
-        &[
-            "promote",
-            "../bundle.json",
-            "--engine",
-            &e.base,
-            "--stage",
-            "stable",
-        ],
-        Some(CI_TOKEN),
-    );
+    let (code, out, _) = promote(&repo, &e, "stable", &[], Some(CI_TOKEN));
     assert_eq!(code, 1);
     assert!(out.contains("HTTP 403 FORBIDDEN"), "{out}");
-    let (code, out, _) = rr(
-        &repo,
-        &[
-            "promote",
-            "../bundle.json",
-            "--engine",
-            &e.base,
-            "--stage",
-            "stable",
-        ],
-        Some(ALICE_TOKEN),
-    );
+    let (code, out, _) = promote(&repo, &e, "stable", &[], Some(ALICE_TOKEN));
     assert_eq!(code, 1, "{out}");
     // A second person, an approver, approves: the change is stable for everyone.
-    let (code, out, err) = rr(
-        &repo,
-        &[
-            "promote",
-            "../bundle.json",
-            "--engine",
-            &e.base,
-            "--stage",
-            "stable",
-        ],
-        Some(BOB_TOKEN),
-    );
+    let (code, out, err) = promote(&repo, &e, "stable", &[], Some(BOB_TOKEN));
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("approved: it is now stable"), "{out}");
     let (_, r) = call(&e, "GET", "/admin/v1/rollout", BOB_TOKEN, None);
