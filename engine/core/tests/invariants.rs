@@ -41,6 +41,10 @@ fn nonce_store(mode: Mode) -> Arc<dyn NonceStore> {
 }
 
 fn engine(mode: Mode) -> Engine {
+    engine_with(nonce_store(mode))
+}
+
+fn engine_with(nonces: Arc<dyn NonceStore>) -> Engine {
     Engine::new(
         EngineSettings {
             apps: vec![AppPolicy::new("shop", SECRET, W)],
@@ -49,7 +53,7 @@ fn engine(mode: Mode) -> Engine {
             on_store_error: rampart_core::StorePolicies::all(FailPolicy::Deny),
             challenge_status: 401,
         },
-        nonce_store(mode),
+        nonces,
         Arc::new(LocalFingerprintStore::new(1_000_000)),
         Arc::new(LiveRules::empty()),
     )
@@ -173,6 +177,47 @@ fn bad_signature_never_consumes_the_nonce() {
             code(&e, &request("keep-me-unused-0002", now, "{}"), now),
             Code::Ok
         );
+    }
+}
+
+#[test]
+fn a_flood_of_forged_requests_leaves_the_nonce_store_untouched() {
+    for mode in [Mode::Bloom, Mode::Exact] {
+        let store = nonce_store(mode);
+        let e = engine_with(store.clone());
+        let now = 4_000_000;
+        let before = store.stats(now);
+        // 20,000 requests an attacker can make without the secret, each with a fresh nonce:
+        // forged signatures, a body changed after signing, stale and future timestamps, an
+        // unknown app, a missing signature.
+        for i in 0..20_000u32 {
+            let nonce = format!("flood-{i:016}");
+            let mut r = request(&nonce, now, "{}");
+            match i % 6 {
+                0 => {
+                    r.request
+                        .headers
+                        .insert("x-signature".into(), format!("v1={:064x}", i));
+                }
+                1 => r.request.body = Some("{\"x\":1}".into()),
+                2 => r = request(&nonce, now - 10 * W, "{}"),
+                3 => r = request(&nonce, now + 10 * W, "{}"),
+                4 => r.app = "no-such-app".into(),
+                _ => {
+                    r.request.headers.remove("x-signature");
+                }
+            }
+            assert_ne!(e.decide(&r, now).map(|v| v.code).ok(), Some(Code::Ok));
+        }
+        let after = store.stats(now);
+        assert_eq!(after.entries, before.entries, "{mode:?}");
+        assert_eq!(after.fill_ratio, before.fill_ratio, "{mode:?}");
+        // The store still works: one genuine request is recorded.
+        assert_eq!(
+            code(&e, &request("flood-genuine-0001", now, "{}"), now),
+            Code::Ok
+        );
+        assert!(store.stats(now).entries > before.entries, "{mode:?}");
     }
 }
 
