@@ -566,4 +566,29 @@ fn redis_killed_mid_load_answers_by_the_declared_policy_and_recovers() {
         "{m}"
     );
     assert!(m.contains("rampart_redis_up 1"), "{m}");
+
+    // The outage is visible in each instance's metrics, by its declared policy: fail-closed
+    // decisions counted under STORE_UNAVAILABLE, fail-open ones as degraded.
+    let sum = |text: &str, name: &str, label: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(name) && l.contains(label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let unavailable = "code=\"STORE_UNAVAILABLE\"";
+    assert!(
+        sum(&m, "rampart_decisions_total{", unavailable) > 10.0,
+        "{m}"
+    );
+    assert_eq!(sum(&m, "rampart_degraded_decisions_total", ""), 0.0, "{m}");
+    let lm = lenient.metrics();
+    assert!(
+        sum(&lm, "rampart_degraded_decisions_total", "") > 10.0,
+        "{lm}"
+    );
+    assert_eq!(
+        sum(&lm, "rampart_decisions_total{", unavailable),
+        0.0,
+        "{lm}"
+    );
 }
