@@ -41,16 +41,16 @@ fn nonce_store(mode: Mode) -> Arc<dyn NonceStore> {
 }
 
 fn engine(mode: Mode) -> Engine {
-    engine_with(nonce_store(mode))
+    engine_with(nonce_store(mode), FailPolicy::Deny)
 }
 
-fn engine_with(nonces: Arc<dyn NonceStore>) -> Engine {
+fn engine_with(nonces: Arc<dyn NonceStore>, on_store_error: FailPolicy) -> Engine {
     Engine::new(
         EngineSettings {
             apps: vec![AppPolicy::new("shop", SECRET, W)],
             routes: vec![],
             default_dedup: DedupPolicy::default(),
-            on_store_error: rampart_core::StorePolicies::all(FailPolicy::Deny),
+            on_store_error: rampart_core::StorePolicies::all(on_store_error),
             challenge_status: 401,
         },
         nonces,
@@ -184,7 +184,7 @@ fn bad_signature_never_consumes_the_nonce() {
 fn a_flood_of_forged_requests_leaves_the_nonce_store_untouched() {
     for mode in [Mode::Bloom, Mode::Exact] {
         let store = nonce_store(mode);
-        let e = engine_with(store.clone());
+        let e = engine_with(store.clone(), FailPolicy::Deny);
         let now = 4_000_000;
         let before = store.stats(now);
         // 20,000 requests an attacker can make without the secret, each with a fresh nonce:
@@ -218,6 +218,48 @@ fn a_flood_of_forged_requests_leaves_the_nonce_store_untouched() {
             Code::Ok
         );
         assert!(store.stats(now).entries > before.entries, "{mode:?}");
+    }
+}
+
+#[test]
+fn a_full_exact_store_answers_by_the_declared_policy_and_never_forgets_a_nonce() {
+    let now = 5_000_000;
+    for policy in [FailPolicy::Deny, FailPolicy::Allow] {
+        let e = engine_with(Arc::new(ExactNonceStore::new(2 * W, 100)), policy);
+        // Fill it: fresh nonces pass until the store has no room.
+        let mut accepted = Vec::new();
+        let first_refusal = (0..1_000)
+            .map(|i| request(&format!("fill-{policy:?}-{i:012}"), now, "{}"))
+            .find_map(|r| {
+                let v = e.decide(&r, now).unwrap();
+                if v.code == Code::Ok && !v.degraded {
+                    accepted.push(r);
+                    None
+                } else {
+                    Some(v)
+                }
+            })
+            .expect("a 100-entry store fills up");
+        assert!(accepted.len() >= 100, "{}", accepted.len());
+        match policy {
+            // Fail closed: never a pass for a nonce that could not be recorded.
+            FailPolicy::Deny => {
+                assert_eq!(
+                    (first_refusal.code, first_refusal.status),
+                    (Code::StoreUnavailable, 503)
+                );
+                assert!(!first_refusal.degraded);
+            }
+            // Fail open, as declared: it passes, marked degraded.
+            FailPolicy::Allow => {
+                assert_eq!(first_refusal.code, Code::Ok);
+                assert!(first_refusal.degraded);
+            }
+        }
+        // Whatever the policy, every nonce already recorded is still a replay.
+        for r in accepted.iter().step_by(7) {
+            assert_eq!(code(&e, r, now), Code::ReplayDuplicate, "{policy:?}");
+        }
     }
 }
 
