@@ -27,7 +27,7 @@ fn fixture() -> &'static Fixture {
         .map(|(p, t)| (p.to_string(), t.to_string()))
         .collect();
         let key = SecretKey::from_seed([7; 32]);
-        let mut signed = Bundle::new(files, "v", 1, "m", Origin::default(), "fuzz");
+        let mut signed = Bundle::new(files, 1, "m", Origin::default(), "fuzz");
         signed.sign(&key);
         Fixture {
             doc: serde_json::to_vec(&signed).unwrap(),

@@ -848,7 +848,6 @@ fn bundle(
     let files: BTreeMap<String, String> = sources.into_iter().map(|s| (s.path, s.text)).collect();
     let mut b = Bundle::new(
         files,
-        set.version(),
         now_ms(),
         &message,
         origin.clone(),
@@ -922,18 +921,7 @@ fn verify(path: &Path, keys: &[String], json: bool) -> Out {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let (b, _) = read_bundle(path, json)?;
-    let v = b.verify(&trusted, false).and_then(|v| {
-        let version = rampart_core::rules::content_version(&b.sources());
-        if version == v.manifest.version {
-            Ok(v)
-        } else {
-            Err(rampart_core::bundle::BundleError::Tampered(format!(
-                "the files hash to version {version}, the manifest says {}",
-                v.manifest.version
-            )))
-        }
-    });
-    match v {
+    match b.verify(&trusted, false) {
         Ok(v) => Ok(if json {
             pretty(
                 &json!({ "ok": true, "version": v.manifest.version, "key_id": v.signed_by.map(|(_, id)| id), "manifest": v.manifest }),

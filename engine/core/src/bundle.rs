@@ -25,7 +25,7 @@ use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::rules::Source;
+use crate::rules::{content_version, Source};
 
 /// The bundle format this code writes and reads.
 pub const FORMAT: &str = "rampart-bundle/1";
@@ -240,10 +240,9 @@ pub struct Verified {
 }
 
 impl Bundle {
-    /// An unsigned bundle of `files`; `version` is the set's content version.
+    /// An unsigned bundle of `files` (its manifest's version is their content version).
     pub fn new(
         files: BTreeMap<String, String>,
-        version: &str,
         created_ms: i64,
         message: &str,
         origin: Origin,
@@ -251,7 +250,7 @@ impl Bundle {
     ) -> Bundle {
         let manifest = Manifest {
             format: FORMAT.into(),
-            version: version.into(),
+            version: content_version(&sources_of(&files)),
             files: files
                 .iter()
                 .map(|(p, t)| (p.clone(), FileHash::of(t)))
@@ -292,8 +291,9 @@ impl Bundle {
         });
     }
 
-    /// Checks the signature against `trusted` and the files against the manifest. An unsigned
-    /// bundle passes only with `allow_unsigned` (its files are still checked).
+    /// Checks the signature against `trusted`, the files against the manifest, and that they hash
+    /// to the manifest's version. An unsigned bundle passes only with `allow_unsigned` (its files
+    /// are still checked).
     pub fn verify(
         &self,
         trusted: &[PublicKey],
@@ -358,6 +358,13 @@ impl Bundle {
                 short(extra)
             )));
         }
+        let version = content_version(&self.sources());
+        if version != manifest.version {
+            return Err(BundleError::Tampered(format!(
+                "the files hash to version {version}, the manifest says {}",
+                short(&manifest.version)
+            )));
+        }
         Ok(Verified {
             manifest,
             signed_by,
@@ -366,14 +373,18 @@ impl Bundle {
 
     /// The files as rule sources.
     pub fn sources(&self) -> Vec<Source> {
-        self.files
-            .iter()
-            .map(|(p, t)| Source {
-                path: p.clone(),
-                text: t.clone(),
-            })
-            .collect()
+        sources_of(&self.files)
     }
+}
+
+fn sources_of(files: &BTreeMap<String, String>) -> Vec<Source> {
+    files
+        .iter()
+        .map(|(p, t)| Source {
+            path: p.clone(),
+            text: t.clone(),
+        })
+        .collect()
 }
 
 /// Caller-controlled text in an error message, cut to a sane length.
@@ -400,7 +411,7 @@ mod tests {
 
     fn signed(seed: u8) -> (Bundle, PublicKey) {
         let key = SecretKey::from_seed([seed; 32]);
-        let mut b = Bundle::new(files(), "v1", 1, "m", Origin::default(), "t");
+        let mut b = Bundle::new(files(), 1, "m", Origin::default(), "t");
         b.sign(&key);
         (b, key.public("ci"))
     }
@@ -412,7 +423,7 @@ mod tests {
         let back = Bundle::parse(&text).unwrap();
         let v = back.verify(std::slice::from_ref(&pk), false).unwrap();
         assert_eq!(v.signed_by, Some(("ci".into(), pk.id.clone())));
-        assert_eq!(v.manifest.version, "v1");
+        assert_eq!(v.manifest.version, content_version(&back.sources()));
         assert_eq!(back.sources().len(), 2);
         // Keys round-trip through their text forms.
         let sk = SecretKey::from_seed([7; 32]);
@@ -460,6 +471,14 @@ mod tests {
         assert_eq!(code(&t, false), "BUNDLE_UNSIGNED");
         assert!(t.verify(&trusted, true).unwrap().signed_by.is_none());
         t.files.insert("edge/a.rhai".into(), "allow()".into());
+        assert_eq!(code(&t, true), "BUNDLE_TAMPERED");
+        // Files and manifest rewritten together, but the manifest keeps a version the files do
+        // not hash to.
+        let mut t = b.clone();
+        t.signature = None;
+        let mut m: Manifest = serde_json::from_str(&t.manifest).unwrap();
+        m.version = "0000000000000000".into();
+        t.manifest = serde_json::to_string(&m).unwrap();
         assert_eq!(code(&t, true), "BUNDLE_TAMPERED");
         // Garbage signatures and formats.
         let mut t = b.clone();

@@ -424,13 +424,6 @@ async fn ruleset_upload(
             .verify(&admin.trusted_keys(), admin.allow_unsigned_uploads)
             .map_err(refuse)?;
         let sources = bundle.sources();
-        let version = rampart_core::rules::content_version(&sources);
-        if version != v.manifest.version {
-            return Err(refuse(BundleError::Tampered(format!(
-                "the files hash to version {version}, the manifest says {}",
-                v.manifest.version.chars().take(64).collect::<String>()
-            ))));
-        }
         let provenance = crate::control::Provenance {
             signed_by: v.signed_by,
             origin: Some(v.manifest.origin),

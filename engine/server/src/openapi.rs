@@ -48,7 +48,8 @@ pub struct LoginBody {
     password: String,
 }
 
-/// `POST /admin/v1/rulesets`.
+/// `POST /admin/v1/rulesets` in dev mode (`[admin] allow_unsigned_uploads`); otherwise the body
+/// is a signed `rampart-bundle/1` document (docs/api.md).
 #[derive(ToSchema)]
 pub struct UploadBody {
     /// Path in the rule directory (`edge/x.rhai`, `lists/y.txt`) → file text.
@@ -333,6 +334,16 @@ op!(
     responses(
         (status = 201, description = "New version stored"),
         (status = 200, description = "Known content"),
+        (
+            status = 400,
+            description = "BUNDLE_INVALID, BUNDLE_TAMPERED or BUNDLE_SIGNATURE_INVALID",
+            body = ErrorBody
+        ),
+        (
+            status = 403,
+            description = "BUNDLE_UNTRUSTED_KEY, or BUNDLE_UNSIGNED outside dev mode",
+            body = ErrorBody
+        ),
         (
             status = 422,
             description = "RULESET_INVALID with located errors",

@@ -629,7 +629,7 @@ impl Control {
             }
             _ => None,
         };
-        self.require_signed(rt, &req.version)?;
+        self.require_signed(rt, &self.doc(&req.version)?)?;
         // Compiles (and caches) before the state says anyone should run it.
         self.compiled(rt, &req.version)?;
         let version = req.version.clone();
@@ -686,16 +686,19 @@ impl Control {
 
     /// Without dev mode, an uploaded version goes live only if a trusted key signed it (versions
     /// uploaded while `allow_unsigned_uploads` was on stay unstageable after it is turned off).
-    fn require_signed(&self, rt: &Runtime, version: &str) -> Result<(), ApiError> {
-        if rt.config.raw.admin.allow_unsigned_uploads {
-            return Ok(());
-        }
-        let doc = self.doc(version)?;
-        if doc.meta.source == "upload" && doc.meta.signed_by.is_none() {
+    fn require_signed(&self, rt: &Runtime, doc: &VersionDoc) -> Result<(), ApiError> {
+        let m = &doc.meta;
+        if !rt.config.raw.admin.allow_unsigned_uploads
+            && m.source == "upload"
+            && m.signed_by.is_none()
+        {
             return Err(ApiError::new(
                 403,
                 "BUNDLE_UNSIGNED",
-                format!("{version} was uploaded unsigned; only signed bundles go live here"),
+                format!(
+                    "{} was uploaded unsigned; only signed bundles go live here",
+                    m.version
+                ),
             ));
         }
         Ok(())
@@ -724,7 +727,7 @@ impl Control {
                 format!("{} wrote {version}; someone else must approve it", who.name),
             ));
         }
-        self.require_signed(rt, version)?;
+        self.require_signed(rt, &doc)?;
         self.compiled(rt, version)?;
         self.mutate(rt, who, |s| {
             match &s.candidate {
