@@ -92,41 +92,10 @@ pub fn origin(dir: &Path) -> Origin {
     let text = |args: &[&str]| git_text(&top, args).ok().filter(|s| !s.is_empty());
     let pathspec = if rel.is_empty() { ".".to_string() } else { rel };
     Origin {
-        repository: text(&["remote", "get-url", "origin"]).map(|u| strip_credentials(&u)),
+        repository: text(&["remote", "get-url", "origin"])
+            .map(|u| rampart_core::redact::strip_credentials(&u)),
         reference: text(&["rev-parse", "--abbrev-ref", "HEAD"]).filter(|r| r != "HEAD"),
         commit: text(&["rev-parse", "HEAD"]),
         dirty: text(&["status", "--porcelain", "--", &pathspec]).is_some(),
-    }
-}
-
-/// `https://user:token@host/x` → `https://host/x`: a remote URL may carry a CI token.
-fn strip_credentials(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://") {
-        let host_end = rest.find('/').unwrap_or(rest.len());
-        if let Some(at) = rest[..host_end].rfind('@') {
-            return format!("{scheme}://{}", &rest[at + 1..]);
-        }
-    }
-    url.to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn credentials_are_cut_from_remote_urls() {
-        assert_eq!(
-            strip_credentials("https://ci:tok@git.example/rules.git"),
-            "https://git.example/rules.git"
-        );
-        assert_eq!(
-            strip_credentials("https://git.example/a@b/rules.git"),
-            "https://git.example/a@b/rules.git"
-        );
-        assert_eq!(
-            strip_credentials("git@git.example:rules.git"),
-            "git@git.example:rules.git"
-        );
     }
 }

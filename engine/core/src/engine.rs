@@ -353,6 +353,30 @@ impl Engine {
 
     /// Judges one request at server time `now_ms`.
     pub fn decide(&self, req: &DecideRequest, now_ms: i64) -> Result<Verdict, RequestError> {
+        self.decide_in(req, now_ms, &mut RuleSession::default())
+    }
+
+    /// [`Engine::decide`], with a trace of every step and rule and its time. It has the same
+    /// effects as `decide` (the nonce is recorded, counters move): trace sandboxes, not live
+    /// traffic.
+    pub fn decide_traced(
+        &self,
+        req: &DecideRequest,
+        now_ms: i64,
+    ) -> Result<(Verdict, crate::trace::Trace), RequestError> {
+        let mut session = RuleSession::traced();
+        let v = self.decide_in(req, now_ms, &mut session)?;
+        let tracer = session.trace.take().expect("a traced session");
+        let trace = tracer.finish(&v);
+        Ok((v, trace))
+    }
+
+    fn decide_in(
+        &self,
+        req: &DecideRequest,
+        now_ms: i64,
+        session: &mut RuleSession,
+    ) -> Result<Verdict, RequestError> {
         if req.app.is_empty() {
             return Err(RequestError::InvalidField("app must not be empty".into()));
         }
@@ -399,6 +423,7 @@ impl Engine {
             now_ms,
         };
         // The block and allow lists: read-only, before anything else.
+        session.step("lists");
         let lists = self.lists.load();
         let listed = lists.check(req);
         if let Some(hit) = listed.as_ref().filter(|h| h.action == ListAction::Block) {
@@ -431,8 +456,7 @@ impl Engine {
         };
         let needs_req = !allowed && (set.rule_count() > 0 || candidate.is_some());
         let rule_req = needs_req.then(|| Req::from_context(&ctx));
-        let mut session = RuleSession::default();
-        let mut v = self.decide_steps(&ctx, &set, rule_req.as_ref(), &mut session, &body_hash);
+        let mut v = self.decide_steps(&ctx, &set, rule_req.as_ref(), session, &body_hash);
         v.shadow = std::mem::take(&mut session.shadow);
         v.score = session.score;
         v.ruleset_version = set.version().to_string();
@@ -476,12 +500,14 @@ impl Engine {
         let r = &req.request;
 
         // 1. Edge rules (read-only).
+        session.step("edge");
         if let Some(mut v) = self.run_tier(set, Tier::Edge, rule_req, session) {
             v.degraded |= session.degraded;
             return v;
         }
 
         // 2. Signature.
+        session.step("signature");
         let (ts_raw, nonce, sig) = match (
             r.header("x-timestamp"),
             r.header("x-nonce"),
@@ -528,6 +554,7 @@ impl Engine {
         }
 
         // 3. Time window.
+        session.step("window");
         let ts = match parse_timestamp(ts_raw) {
             Some(ts) => ts,
             None => {
@@ -552,6 +579,7 @@ impl Engine {
         }
 
         // 4. Nonce de-duplication: the first write to shared state.
+        session.step("nonce");
         if let Err(msg) = validate_nonce(nonce) {
             return Verdict::reject(
                 Step::Nonce,
@@ -613,6 +641,7 @@ impl Engine {
         }
 
         // 5. Duplicate-submission fingerprint.
+        session.step("fingerprint");
         let dedup = self.dedup_policy(&app.id, &r.path);
         // Users and devices live in separate namespaces: user "x" is not device "x".
         let user = match (req.user_id.as_deref(), req.client.device_id.as_deref()) {
@@ -689,12 +718,14 @@ impl Engine {
 
         // 6–7. Gateway and business rules.
         for tier in [Tier::Gateway, Tier::Business] {
+            session.step(tier.as_str());
             if let Some(mut v) = self.run_tier(set, tier, rule_req, session) {
                 v.degraded |= degraded || session.degraded;
                 return v;
             }
         }
         // 8. Scores of every tier against the thresholds.
+        session.step("score");
         let mut v = set.finish(session).unwrap_or_else(Verdict::allow);
         if v.code == Code::RuleChallenge {
             v.status = self.challenge_status;

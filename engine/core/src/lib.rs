@@ -18,11 +18,13 @@ pub mod limits;
 pub mod model;
 pub mod nonce;
 pub mod quota;
+pub mod redact;
 pub mod regress;
 pub mod rollout;
 pub mod rules;
 mod shard;
 pub mod sign;
+pub mod trace;
 pub mod ttl;
 pub mod waf;
 

@@ -6,7 +6,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 /// Body of `POST /v1/decide`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DecideRequest {
     pub app: String,
@@ -24,7 +24,7 @@ pub struct DecideRequest {
 }
 
 /// The end-user request a caller asks about.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JudgedRequest {
     #[serde(default = "default_method")]
@@ -78,7 +78,7 @@ impl JudgedRequest {
 }
 
 /// What the caller knows about the client.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClientInfo {
     #[serde(default)]

@@ -77,7 +77,7 @@ pub struct Expect {
 }
 
 /// One recorded request (or short sequence) and the decision it should get.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct Sample {
     pub name: String,
     #[serde(default)]
@@ -451,6 +451,13 @@ impl Runner {
     pub fn run_one(&self, sample: &Sample) -> SampleResult {
         World::new(self).run(sample)
     }
+
+    /// One sample in a fresh world, with the trace of its last request (the one judged): every
+    /// step and rule of the decision path and its time. `None` when the request was refused
+    /// before the decision path (an unknown app, a malformed field).
+    pub fn trace_one(&self, sample: &Sample) -> (SampleResult, Option<crate::trace::Trace>) {
+        World::new(self).run_traced(sample, true)
+    }
 }
 
 /// A compiled copy of the rule set with stores of its own, emptied before each sample (compiling
@@ -489,6 +496,14 @@ impl World {
     }
 
     fn run(&self, sample: &Sample) -> SampleResult {
+        self.run_traced(sample, false).0
+    }
+
+    fn run_traced(
+        &self,
+        sample: &Sample,
+        traced: bool,
+    ) -> (SampleResult, Option<crate::trace::Trace>) {
         self.limiter.clear();
         self.distinct.clear();
         self.quotas.clear();
@@ -519,19 +534,28 @@ impl World {
         );
         let mut now = CLOCK_START_MS;
         let mut seq = 0u64;
-        let mut decide = |r: &DecideRequest, now: i64, signed: Option<&DecideRequest>| {
-            let prepared = match signed {
-                Some(p) => p.clone(),
-                None => {
-                    seq += 1;
-                    prepare(r, sample.sign, now, seq)
-                }
+        let mut trace = None;
+        let mut decide =
+            |r: &DecideRequest, now: i64, signed: Option<&DecideRequest>, traced: bool| {
+                let prepared = match signed {
+                    Some(p) => p.clone(),
+                    None => {
+                        seq += 1;
+                        prepare(r, sample.sign, now, seq)
+                    }
+                };
+                let v = if traced {
+                    engine.decide_traced(&prepared, now).map(|(v, t)| {
+                        trace = Some(t);
+                        v
+                    })
+                } else {
+                    engine.decide(&prepared, now)
+                };
+                (prepared, v)
             };
-            let v = engine.decide(&prepared, now);
-            (prepared, v)
-        };
         for r in &sample.before {
-            let _ = decide(r, now, None);
+            let _ = decide(r, now, None, false);
             now += sample.interval_ms;
         }
         let mut last = None;
@@ -542,7 +566,8 @@ impl World {
             } else {
                 None
             };
-            let (prepared, v) = decide(&sample.request, now, reuse);
+            let is_last = i + 1 == sample.repeat;
+            let (prepared, v) = decide(&sample.request, now, reuse, traced && is_last);
             if first_signed.is_none() {
                 first_signed = Some(prepared);
             }
@@ -569,7 +594,7 @@ impl World {
             Kind::Attack => got.action != Action::Allow,
             Kind::Benign | Kind::Negative => got.action == Action::Allow,
         };
-        SampleResult {
+        let result = SampleResult {
             name: sample.name.clone(),
             kind: sample.kind,
             category: sample.category.clone(),
@@ -578,7 +603,8 @@ impl World {
             got,
             passed,
             correct,
-        }
+        };
+        (result, trace)
     }
 }
 

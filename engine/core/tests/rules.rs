@@ -873,3 +873,100 @@ fn rules_that_can_never_run_are_reported_as_unreachable() {
         .unwrap_or_else(|e| panic!("{e:#?}"));
     }
 }
+
+#[test]
+fn a_traced_decision_lists_every_step_and_rule_and_decides_as_the_plain_path() {
+    let set = compile(&[
+        rule("edge/quiet.rhai", "quiet", 10, "", "()"),
+        rule(
+            "edge/admin-only.rhai",
+            "admin-only",
+            20,
+            "//! routes: /admin\n",
+            "deny(\"admin\")",
+        ),
+        rule(
+            "gateway/score.rhai",
+            "scored",
+            10,
+            "",
+            "score(30, \"suspicious\")",
+        ),
+        rule(
+            "business/deny-pay.rhai",
+            "deny-pay",
+            10,
+            "",
+            "if req.path == \"/api/pay\" { deny(\"no\") }",
+        ),
+        rule(
+            "business/watch.rhai",
+            "watch",
+            20,
+            "//! mode: shadow\n",
+            "deny(\"would\")",
+        ),
+    ]);
+    let (e, _) = engine_with(set);
+    let now = 1_000_000;
+    // Allowed: every step ran and passed, the score step closes it.
+    let r = request("shop", "/api/cart", "198.51.100.1", "ua", true);
+    let (v, t) = e.decide_traced(&r, now).unwrap();
+    assert_eq!(v.code, Code::Ok);
+    let steps: Vec<&str> = t.steps.iter().map(|s| s.step).collect();
+    assert_eq!(
+        steps,
+        [
+            "lists",
+            "edge",
+            "signature",
+            "window",
+            "nonce",
+            "fingerprint",
+            "gateway",
+            "business",
+            "score"
+        ]
+    );
+    assert!(t.steps[..8].iter().all(|s| s.outcome == "pass"));
+    assert_eq!(t.steps[8].outcome, "allow");
+    let edge: Vec<(&str, &str)> = t.steps[1]
+        .rules
+        .iter()
+        .map(|r| (r.rule.as_str(), r.outcome.as_str()))
+        .collect();
+    assert_eq!(
+        edge,
+        [("quiet", "no match"), ("admin-only", "not for this route")]
+    );
+    assert_eq!(t.steps[6].rules[0].outcome, "score +30: suspicious");
+    let shadow = &t.steps[7].rules[1];
+    assert_eq!((shadow.rule.as_str(), shadow.mode), ("watch", "shadow"));
+    assert_eq!(shadow.outcome, "deny RULE_DENY: would");
+    assert!(t.total_us >= t.steps.iter().map(|s| s.elapsed_us).sum::<f64>() * 0.99);
+
+    // Refused: the deciding step is last and carries the verdict; the plain path agrees.
+    let r = request("shop", "/api/pay", "198.51.100.1", "ua", true);
+    let (v, t) = e.decide_traced(&r, now).unwrap();
+    assert_eq!(
+        (v.code, v.rule.as_deref()),
+        (Code::RuleDeny, Some("deny-pay"))
+    );
+    let last = t.steps.last().unwrap();
+    assert_eq!(last.step, "business");
+    assert_eq!(last.outcome, "deny RULE_DENY: no");
+    // The same request again is a replay, decided at the nonce step.
+    let (v2, t2) = e.decide_traced(&r, now).unwrap();
+    assert_eq!(v2.code, Code::ReplayDuplicate);
+    assert_eq!(t2.steps.last().unwrap().step, "nonce");
+    let r = request("shop", "/api/pay", "198.51.100.1", "ua", true);
+    assert_eq!(e.decide(&r, now).unwrap().code, Code::RuleDeny);
+
+    // The rule tiers alone (backtests, recorded decisions).
+    let set = e.rules().snapshot();
+    let req = rampart_core::rules::Req::from_request(&r, now);
+    let (v, t) = set.judge_traced(&req);
+    assert_eq!(v.unwrap().rule.as_deref(), Some("deny-pay"));
+    let steps: Vec<&str> = t.steps.iter().map(|s| s.step).collect();
+    assert_eq!(steps, ["edge", "gateway", "business"]);
+}

@@ -43,6 +43,7 @@ pub mod lists;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use rhai::{Dynamic, EvalAltResult, ImmutableString, Position, Scope, AST};
@@ -1535,8 +1536,18 @@ impl RuleSet {
         for &i in ids {
             let rule = &index.rules[i];
             if !rule.applies_to_route(&req.path) {
+                if let Some(t) = session.trace.as_deref_mut() {
+                    let shadow = rule.meta.mode == Mode::Shadow;
+                    t.rule(
+                        &rule.meta.name,
+                        shadow,
+                        "not for this route".into(),
+                        Instant::now(),
+                    );
+                }
                 continue;
             }
+            let started = session.trace.is_some().then(Instant::now);
             LAST_RETRY.with(|r| r.set(0));
             STORE_DOWN.with(|d| d.set(None));
             DEGRADED.with(|d| d.set(false));
@@ -1544,6 +1555,14 @@ impl RuleSet {
                 .with(|f| f.set(rule.meta.mode == Mode::Shadow || SIMULATING.with(|s| s.get())));
             let outcome = self.eval(rule, &mut scope);
             IN_SHADOW.with(|f| f.set(false));
+            if let (Some(t), Some(started)) = (session.trace.as_deref_mut(), started) {
+                t.rule(
+                    &rule.meta.name,
+                    rule.meta.mode == Mode::Shadow,
+                    trace_outcome(&outcome),
+                    started,
+                );
+            }
             if DEGRADED.with(|d| d.get()) && rule.meta.mode == Mode::Enforce {
                 session.degraded = true;
             }
@@ -1684,6 +1703,26 @@ impl RuleSet {
         (verdict, session.errors)
     }
 
+    /// [`RuleSet::judge`] with a trace of every tier and rule.
+    pub fn judge_traced(&self, req: &Req) -> (Option<Verdict>, crate::trace::Trace) {
+        let mut session = RuleSession::traced();
+        let mut verdict = None;
+        for t in [Tier::Edge, Tier::Gateway, Tier::Business] {
+            session.step(t.as_str());
+            verdict = self.evaluate_tier(t, req, &mut session);
+            if verdict.is_some() {
+                break;
+            }
+        }
+        if verdict.is_none() {
+            session.step("score");
+            verdict = self.finish(&mut session);
+        }
+        let tracer = session.trace.take().expect("a traced session");
+        let trace = tracer.finish(verdict.as_ref().unwrap_or(&Verdict::allow()));
+        (verdict, trace)
+    }
+
     /// After the business tier: the accumulated score against the thresholds.
     pub fn finish(&self, session: &mut RuleSession) -> Option<Verdict> {
         let s = &self.settings;
@@ -1717,6 +1756,26 @@ pub struct RuleSession {
     pub errors: u64,
     /// An enforced rule's store failed and its policy let the decision go on.
     pub degraded: bool,
+    /// Set only for a traced decision ([`crate::trace`]).
+    pub trace: Option<Box<crate::trace::Tracer>>,
+}
+
+impl RuleSession {
+    /// A session that records a trace.
+    pub fn traced() -> RuleSession {
+        RuleSession {
+            trace: Some(Box::default()),
+            ..RuleSession::default()
+        }
+    }
+
+    /// Marks the start of a step in the trace (nothing when not tracing).
+    #[inline]
+    pub fn step(&mut self, step: &'static str) {
+        if let Some(t) = self.trace.as_deref_mut() {
+            t.step(step);
+        }
+    }
 }
 
 /// The live rule set: one immutable snapshot, swapped whole.
@@ -1763,5 +1822,20 @@ impl std::fmt::Debug for LiveRules {
         f.debug_struct("LiveRules")
             .field("version", &self.snapshot().version())
             .finish()
+    }
+}
+
+/// A rule's result as a trace line.
+fn trace_outcome(o: &Result<Option<Outcome>, String>) -> String {
+    match o {
+        Ok(None) => "no match".into(),
+        Ok(Some(Outcome::Allow)) => "allow".into(),
+        Ok(Some(Outcome::Score { points, reason })) => format!("score {points:+}: {reason}"),
+        Ok(Some(Outcome::Terminal {
+            action,
+            code,
+            reason,
+        })) => format!("{} {}: {reason}", action.as_str(), code.as_str()),
+        Err(e) => format!("error: {e}"),
     }
 }
