@@ -1,6 +1,9 @@
 //! Embeds the default rule set (`rules/` at the workspace root, without `samples/`) into the
 //! binary, so `rampart serve` without a configuration runs the same rules the repository ships.
 
+#[path = "src/console_files.rs"]
+mod console_files;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -73,6 +76,49 @@ fn main() {
         );
     }
     code.push_str("];\n");
-    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR")).join("default_rules.rs");
-    std::fs::write(out, code).expect("write default_rules.rs");
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    std::fs::write(out_dir.join("default_rules.rs"), code).expect("write default_rules.rs");
+    std::fs::write(
+        out_dir.join("console_assets.rs"),
+        console_assets(&Path::new(&manifest).join("../../admin-ui/dist")),
+    )
+    .expect("write console_assets.rs");
+}
+
+/// The console as built by trunk into `admin-ui/dist` (by `scripts/console.sh`), embedded so one
+/// binary serves it. Absent → an empty table, and `/console/` says how to build it. The inline
+/// bootstrap scripts trunk writes into `index.html` are allowed by their SHA-256 in the
+/// Content-Security-Policy, so no `'unsafe-inline'` is needed.
+fn console_assets(dist: &Path) -> String {
+    println!("cargo:rerun-if-changed={}", dist.display());
+    let dist = dist.canonicalize().unwrap_or_else(|_| dist.to_path_buf());
+    let mut files = Vec::new();
+    if dist.join("index.html").is_file() {
+        println!(
+            "cargo:rerun-if-changed={}",
+            dist.join("index.html").display()
+        );
+        walk(&dist, &dist, &mut files);
+    }
+    let mut code = String::from(
+        "/// The console's files: (path relative to `dist/`, content type, bytes).\n\
+         pub static CONSOLE_FILES: &[(&str, &str, &[u8])] = &[\n",
+    );
+    for (rel, path) in &files {
+        let _ = writeln!(
+            code,
+            "    ({rel:?}, {:?}, include_bytes!({:?})),",
+            console_files::mime(rel),
+            path.display().to_string()
+        );
+    }
+    code.push_str("];\n");
+    let html = std::fs::read_to_string(dist.join("index.html")).unwrap_or_default();
+    let _ = writeln!(
+        code,
+        "/// `script-src` sources for the inline scripts of the console's index.html.\n\
+         pub static CONSOLE_SCRIPT_HASHES: &str = {:?};",
+        console_files::inline_script_hashes(&html)
+    );
+    code
 }

@@ -671,6 +671,145 @@ async fn ruleset_backtest(
     Ok(HttpResponse::Ok().json(report))
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ValidateRequest {
+    files: BTreeMap<String, String>,
+}
+
+/// Compiles a set without storing it: the console's editor checks a draft with this.
+async fn ruleset_validate(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&rt, &req, Role::Author)?;
+    let body = read_body(&rt, &req, payload, MAX_ADMIN_BODY).await?;
+    let v: ValidateRequest = serde_json::from_slice(&body).map_err(crate::api::json_error)?;
+    let sources: Vec<_> = v
+        .files
+        .into_iter()
+        .map(|(path, text)| rampart_core::rules::Source { path, text })
+        .collect();
+    let settings = rt.config.raw.rules.settings();
+    let out = web::block(move || {
+        // Against throwaway stores: compiling has no effect on live state.
+        let state = rampart_core::rules::RuleState::local(16);
+        match rampart_core::rules::RuleSet::compile(&sources, settings, &state) {
+            Ok(set) => serde_json::json!({
+                "valid": true, "version": set.version(), "rules": set.rules(), "problems": []
+            }),
+            Err(errs) => serde_json::json!({
+                "valid": false,
+                "version": rampart_core::rules::content_version(&sources),
+                "rules": [],
+                "problems": errs,
+            }),
+        }
+    })
+    .await
+    .map_err(|e| ApiError::new(503, "BUSY", e.to_string()))?;
+    Ok(HttpResponse::Ok().json(out))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TraceRequest {
+    /// The name of one of the server's samples.
+    sample: Option<String>,
+    /// A decision as `GET /admin/v1/decisions` returns it (with its recorded `request`).
+    decision: Option<serde_json::Value>,
+}
+
+/// One sample, or one recorded decision, through `{version}` with a trace of every step and rule.
+async fn ruleset_trace(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&rt, &req, Role::Author)?;
+    let body = read_body(&rt, &req, payload, MAX_ADMIN_BODY).await?;
+    let t: TraceRequest = serde_json::from_slice(&body).map_err(crate::api::json_error)?;
+    let v = resolve(&rt, &path)?;
+    let doc = rt.control.doc(&v)?;
+    let settings = rt.config.raw.rules.settings();
+    let invalid = |errs: Vec<rampart_core::rules::RuleError>| {
+        ApiError::new(422, "RULESET_INVALID", format!("{} problem(s)", errs.len()))
+            .with_details(serde_json::to_value(&errs).unwrap_or_default())
+    };
+    let out = match (t.sample, t.decision) {
+        (Some(name), None) => {
+            let sample = crate::regress_cmd::server_samples(&rt.config)
+                .map_err(|e| ApiError::new(503, "SAMPLES_UNAVAILABLE", e))?
+                .into_iter()
+                .find(|s| s.name == name)
+                .ok_or_else(|| {
+                    ApiError::new(404, "NOT_FOUND", format!("no sample named {name:?}"))
+                })?;
+            web::block(move || -> Result<serde_json::Value, ApiError> {
+                let runner =
+                    rampart_core::regress::Runner::new(doc.sources(), settings).map_err(invalid)?;
+                let (result, trace) = runner.trace_one(&sample);
+                Ok(serde_json::json!({
+                    "version": doc.meta.version, "kind": "sample", "sample": sample,
+                    "result": result, "trace": trace,
+                }))
+            })
+            .await
+            .map_err(|e| ApiError::new(503, "BUSY", e.to_string()))??
+        }
+        (None, Some(row)) => {
+            let rec = rampart_core::backtest::Recorded::from_row(&row);
+            let Some(request) = rec.request.clone() else {
+                return Err(ApiError::new(
+                    400,
+                    "INVALID_FIELD",
+                    "decision: no recorded request to replay (request is null)",
+                ));
+            };
+            let max_keys = rt.config.raw.rules.max_limiter_keys;
+            web::block(move || -> Result<serde_json::Value, ApiError> {
+                // As a backtest: the rule tiers in a fresh world, at the recorded time.
+                let state = rampart_core::rules::RuleState::local(max_keys);
+                let set = rampart_core::rules::RuleSet::compile(&doc.sources(), settings, &state)
+                    .map_err(invalid)?;
+                let rreq = rampart_core::rules::Req::from_request(&request, rec.time_ms);
+                let (verdict, trace) = set.judge_traced(&rreq);
+                let verdict = verdict.unwrap_or_else(rampart_core::Verdict::allow);
+                Ok(serde_json::json!({
+                    "version": doc.meta.version, "kind": "replay",
+                    "decision_id": rec.decision_id,
+                    "recorded": {"action": rec.action, "code": rec.code, "tier": rec.tier,
+                                 "rule": rec.rule},
+                    "replayed": {"action": verdict.action, "code": verdict.code,
+                                 "tier": verdict.tier, "rule": verdict.rule,
+                                 "reasons": verdict.reasons},
+                    "trace": trace,
+                }))
+            })
+            .await
+            .map_err(|e| ApiError::new(503, "BUSY", e.to_string()))??
+        }
+        _ => {
+            return Err(ApiError::new(
+                400,
+                "INVALID_FIELD",
+                "give exactly one of sample (a sample name) or decision (a decision row)",
+            ))
+        }
+    };
+    Ok(HttpResponse::Ok().json(out))
+}
+
+/// The running configuration, without secrets: what the console's settings page shows.
+async fn settings_get(rt: web::Data<Runtime>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    authorize(&rt, &req, Role::Viewer)?;
+    let mut view = rt.config.settings_view();
+    view["log_level"] = crate::logging::level().into();
+    Ok(HttpResponse::Ok().json(view))
+}
+
 async fn ruleset_activate(
     rt: web::Data<Runtime>,
     req: HttpRequest,
@@ -932,11 +1071,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .route(web::post().to(ruleset_upload)),
         )
         .service(r("/admin/v1/rulesets/current").route(web::get().to(ruleset_current)))
+        .service(r("/admin/v1/rulesets/validate").route(web::post().to(ruleset_validate)))
         .service(r("/admin/v1/rulesets/{version}").route(web::get().to(ruleset_get)))
         .service(r("/admin/v1/rulesets/{version}/diff").route(web::get().to(ruleset_diff)))
         .service(r("/admin/v1/rulesets/{version}/regress").route(web::post().to(ruleset_regress)))
         .service(r("/admin/v1/rulesets/{version}/activate").route(web::post().to(ruleset_activate)))
         .service(r("/admin/v1/rulesets/{version}/backtest").route(web::post().to(ruleset_backtest)))
+        .service(r("/admin/v1/rulesets/{version}/trace").route(web::post().to(ruleset_trace)))
+        .service(r("/admin/v1/settings").route(web::get().to(settings_get)))
         .service(
             r("/admin/v1/rollout")
                 .route(web::get().to(rollout_get))

@@ -630,6 +630,7 @@ pub fn configure(rt: Arc<Runtime>) -> impl FnOnce(&mut web::ServiceConfig) {
             .service(get_only("/metrics", web::get().to(metrics)))
             .service(get_only("/openapi.json", web::get().to(openapi)))
             .configure(crate::admin::configure)
+            .configure(crate::console::configure)
             .default_service(web::to(not_found));
     }
 }

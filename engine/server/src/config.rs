@@ -1107,6 +1107,90 @@ impl Config {
 }
 
 impl Validated {
+    /// The running configuration as the console's settings page shows it: every value that shapes
+    /// decisions, and no secret (app secrets, password hashes, token hashes, ClickHouse password
+    /// and credentials inside URLs are left out or cut).
+    pub fn settings_view(&self) -> serde_json::Value {
+        use rampart_core::redact::strip_credentials;
+        use serde_json::json;
+        let c = &self.raw;
+        let fp = |p: FailPolicy| match p {
+            FailPolicy::Deny => "deny",
+            FailPolicy::Allow => "allow",
+        };
+        let pol = c.state.policies();
+        let (backend, mode) = (
+            match c.state.backend {
+                Backend::Local => "local",
+                Backend::Redis => "redis",
+            },
+            match c.state.nonce_mode {
+                NonceMode::Bloom => "bloom",
+                NonceMode::Exact => "exact",
+            },
+        );
+        let rs = c.rules.settings();
+        json!({
+            "apps": self.apps.iter().map(|(id, _, w)| json!({"id": id, "window_ms": w})).collect::<Vec<_>>(),
+            "fingerprint": {"window_ms": c.fingerprint.window_ms, "methods": c.fingerprint.methods,
+                            "volatile_fields": c.fingerprint.volatile_fields},
+            "routes": c.routes.iter().map(|r| json!({
+                "app": r.app, "path": r.path, "dedup_window_ms": r.dedup_window_ms,
+                "methods": r.methods, "volatile_fields": r.volatile_fields,
+            })).collect::<Vec<_>>(),
+            "state": {
+                "backend": backend, "nonce_mode": mode,
+                "redis": (c.state.backend == Backend::Redis).then(|| json!({
+                    "url": strip_credentials(&c.state.redis_url),
+                    "cluster_nodes": c.state.redis_cluster_nodes.iter().map(|n| strip_credentials(n)).collect::<Vec<_>>(),
+                    "prefix": c.state.redis_prefix,
+                    "timeout_ms": c.state.redis_timeout_ms,
+                    "local_fallback": c.state.local_fallback,
+                })),
+                "nonce_retention_ms": self.retention_ms,
+                "expected_rps": c.state.expected_rps,
+                "target_fp": c.state.target_fp,
+                "on_store_error": {
+                    "nonce": fp(pol.nonce), "fingerprint": fp(pol.fingerprint),
+                    "limits": fp(pol.limits), "counters": fp(pol.counters),
+                    "distinct": fp(pol.distinct), "quotas": fp(pol.quotas),
+                    "reputation": fp(pol.reputation),
+                },
+            },
+            "rules": {
+                "dir": c.rules.dir, "defaults": c.rules.defaults, "reload": c.rules.reload,
+                "on_error": {"edge": fp(rs.on_error[0]), "gateway": fp(rs.on_error[1]),
+                             "business": fp(rs.on_error[2])},
+                "challenge_score": rs.challenge_score, "review_score": rs.review_score,
+                "deny_score": rs.deny_score,
+            },
+            "decision_log": {
+                "clickhouse_url": c.decision_log.clickhouse_url.as_deref().map(strip_credentials),
+                "clickhouse_database": c.decision_log.clickhouse_database,
+                "dir": c.decision_log.dir, "record_request": c.decision_log.record_request,
+            },
+            "server": {
+                "max_body_bytes": c.server.max_body_bytes,
+                "max_batch_items": c.server.max_batch_items,
+                "max_header_bytes": c.server.max_header_bytes,
+                "max_connections": c.server.max_connections,
+                "client_request_timeout_ms": c.server.client_request_timeout_ms,
+                "challenge_status": c.server.challenge_status,
+                "instance": c.server.instance,
+            },
+            "admin": {
+                "users": c.admin.users.iter().map(|u| json!({"name": u.name, "role": u.role})).collect::<Vec<_>>(),
+                "tokens": c.admin.tokens.iter().map(|t| json!({"name": t.name, "role": t.role})).collect::<Vec<_>>(),
+                "bundle_keys": c.admin.bundle_keys.iter().map(|k| json!({"name": k.name, "public_key": k.public_key})).collect::<Vec<_>>(),
+                "allow_unsigned_uploads": c.admin.allow_unsigned_uploads,
+                "session_ttl_ms": c.admin.session_ttl_ms,
+                "canary_min_samples": c.admin.canary_min_samples,
+                "canary_max_refusal_increase": c.admin.canary_max_refusal_increase,
+                "canary_max_error_increase": c.admin.canary_max_error_increase,
+            },
+        })
+    }
+
     pub fn engine_settings(&self) -> EngineSettings {
         let c = &self.raw;
         let upper = |v: &Vec<String>| v.iter().map(|m| m.to_ascii_uppercase()).collect();

@@ -7,6 +7,8 @@ pub mod chlog;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod console;
+pub mod console_files;
 pub mod control;
 pub mod declog;
 pub mod demo;

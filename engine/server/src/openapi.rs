@@ -86,6 +86,23 @@ pub struct RegressBody {
     only_uploaded: Option<bool>,
 }
 
+/// `POST /admin/v1/rulesets/validate`.
+#[derive(ToSchema)]
+pub struct ValidateBody {
+    /// Path relative to the rule directory → file text: the whole draft set.
+    files: std::collections::BTreeMap<String, String>,
+}
+
+/// `POST /admin/v1/rulesets/{version}/trace`: exactly one of the two.
+#[derive(ToSchema)]
+pub struct TraceBody {
+    /// The name of one of the server's samples.
+    sample: Option<String>,
+    /// A decision row as `GET /admin/v1/decisions` returns it, with its recorded `request`.
+    #[schema(value_type = Option<Object>)]
+    decision: Option<serde_json::Value>,
+}
+
 /// `PUT /admin/v1/settings/log-level`.
 #[derive(ToSchema)]
 pub struct LogLevelBody {
@@ -414,6 +431,55 @@ op!(
     )
 );
 op!(
+    ruleset_validate,
+    post,
+    path = "/admin/v1/rulesets/validate",
+    tag = "rules",
+    request_body = ValidateBody,
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    responses(
+        (
+            status = 200,
+            description = "`valid`, the content `version`, the `rules` it would run, located `problems`; nothing is stored"
+        ),
+        (status = 400, body = ErrorBody)
+    )
+);
+op!(
+    ruleset_trace,
+    post,
+    path = "/admin/v1/rulesets/{version}/trace",
+    tag = "rules",
+    request_body = TraceBody,
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    params(("version" = String, Path)),
+    responses(
+        (
+            status = 200,
+            description =
+                "The outcome and its trace: every step and rule with its outcome and time"
+        ),
+        (status = 400, body = ErrorBody),
+        (
+            status = 404,
+            description = "VERSION_NOT_FOUND, or NOT_FOUND for an unknown sample",
+            body = ErrorBody
+        ),
+        (status = 422, body = ErrorBody)
+    )
+);
+op!(
+    settings_get,
+    get,
+    path = "/admin/v1/settings",
+    tag = "admin",
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    responses((
+        status = 200,
+        description = "The running configuration without secrets, and the log level"
+    ))
+);
+op!(
     ruleset_activate,
     post,
     path = "/admin/v1/rulesets/{version}/activate",
@@ -569,7 +635,8 @@ impl Modify for Security {
         decide, decide_batch, authz_get, authz_post, authz_put, authz_patch, authz_delete, authz_head,
         authz_tail, outcome, time, healthz, readyz, metrics, openapi_json, login, logout, session,
         recent, decisions, stats, rulesets, ruleset_upload, ruleset_current, ruleset_get,
-        ruleset_diff, ruleset_regress, ruleset_backtest, ruleset_activate, rollout_get,
+        ruleset_diff, ruleset_regress, ruleset_backtest, ruleset_validate, ruleset_trace,
+        ruleset_activate, settings_get, rollout_get,
         rollout_stage, rollout_approve, rollout_rollback, lists_get, lists_add, lists_remove,
         audit, log_level_get, log_level_put
     ),

@@ -163,7 +163,20 @@ fn every_admin_route_refuses_roles_below_its_own_and_approval_takes_a_second_per
         ("GET", "/admin/v1/lists", Value::Null, 0),
         ("GET", "/admin/v1/audit", Value::Null, 0),
         ("GET", "/admin/v1/settings/log-level", Value::Null, 0),
+        ("GET", "/admin/v1/settings", Value::Null, 0),
         ("POST", "/admin/v1/rulesets", json!({ "files": v }), 1),
+        (
+            "POST",
+            "/admin/v1/rulesets/validate",
+            json!({ "files": v }),
+            1,
+        ),
+        (
+            "POST",
+            "/admin/v1/rulesets/stable/trace",
+            json!({"sample": "no-such-sample"}),
+            1,
+        ),
         (
             "POST",
             "/admin/v1/rulesets/stable/regress",
@@ -1044,4 +1057,195 @@ fn json_logs_carry_the_request_id_and_the_level_changes_at_run_time() {
     );
     assert_eq!(a["entries"][0]["after"], "debug");
     assert_eq!(a["entries"][0]["before"], "info");
+}
+
+#[test]
+fn validate_locates_problems_without_storing_and_traces_show_every_step_and_rule() {
+    let d = temp_dir("admin-trace");
+    let e = Engine::start(&d, "trace", &config(&d, ""));
+    let alice = basic("alice");
+    let before = call(&e, "GET", "/admin/v1/rulesets", Some(&alice), None).1["versions"]
+        .as_array()
+        .unwrap()
+        .len();
+
+    // A draft with an error: located, nothing stored.
+    let broken = json!({"files": {
+        "edge/base.rhai": rule("base", "()"),
+        "edge/broken.rhai": rule("broken", "if req.path == \"/x\" {\n    deny(\"x\"\n}"),
+    }});
+    let (st, v) = call(
+        &e,
+        "POST",
+        "/admin/v1/rulesets/validate",
+        Some(&alice),
+        Some(&broken),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["valid"], false);
+    let p = &v["problems"][0];
+    assert_eq!(p["file"], "edge/broken.rhai", "{v}");
+    assert!(p["line"].as_u64().unwrap() >= 6, "{v}");
+    assert!(!p["message"].as_str().unwrap().is_empty());
+    let after = call(&e, "GET", "/admin/v1/rulesets", Some(&alice), None).1["versions"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(before, after, "validation stores nothing");
+    // Valid: the rules it would run.
+    let fixed = json!({"files": {
+        "edge/base.rhai": rule("base", "()"),
+        "edge/legacy.rhai": rule("legacy", "if req.path == \"/legacy\" { deny(\"retired\") }"),
+    }});
+    let (st, v) = call(
+        &e,
+        "POST",
+        "/admin/v1/rulesets/validate",
+        Some(&alice),
+        Some(&fixed),
+    );
+    assert_eq!((st, &v["valid"]), (200, &json!(true)), "{v}");
+    assert_eq!(v["rules"].as_array().unwrap().len(), 2);
+    assert_eq!(v["problems"], json!([]));
+    // Bad bodies get their codes.
+    for (body, code) in [
+        (json!({}), "INVALID_FIELD"),
+        (json!({"files": {"a": 1}}), "INVALID_FIELD"),
+        (json!({"files": {}, "extra": 1}), "INVALID_FIELD"),
+    ] {
+        let (st, v) = call(
+            &e,
+            "POST",
+            "/admin/v1/rulesets/validate",
+            Some(&alice),
+            Some(&body),
+        );
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (400, Some(code)),
+            "{body}"
+        );
+    }
+
+    // A sample's trace: the whole decision path in order, the deciding step last.
+    let version = upload(&e, "alice", fixed["files"].clone());
+    let (st, v) = call(
+        &e,
+        "POST",
+        &format!("/admin/v1/rulesets/{version}/trace"),
+        Some(&alice),
+        Some(&json!({"sample": "scenario-replay-burst-payment"})),
+    );
+    if st == 404 {
+        panic!("the built-in samples have no scenario-replay-burst-payment: {v}");
+    }
+    assert_eq!(st, 200, "{v}");
+    let steps: Vec<&str> = v["trace"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        ["lists", "edge", "signature", "window", "nonce"],
+        "{v}"
+    );
+    let last = v["trace"]["steps"].as_array().unwrap().last().unwrap();
+    assert!(
+        last["outcome"]
+            .as_str()
+            .unwrap()
+            .starts_with("deny REPLAY_DUPLICATE"),
+        "{v}"
+    );
+    assert_eq!(v["result"]["got"]["code"], "REPLAY_DUPLICATE");
+    let edge_rules: Vec<&str> = v["trace"]["steps"][1]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        edge_rules,
+        ["base", "legacy"],
+        "every edge rule is listed: {v}"
+    );
+    assert!(v["trace"]["total_us"].as_f64().unwrap() > 0.0);
+    let (st, v) = call(
+        &e,
+        "POST",
+        &format!("/admin/v1/rulesets/{version}/trace"),
+        Some(&alice),
+        Some(&json!({"sample": "no-such-sample"})),
+    );
+    assert_eq!((st, v["error"]["code"].as_str()), (404, Some("NOT_FOUND")));
+
+    // A recorded decision replayed through the rule tiers.
+    let (st, _) = e.decide(&json!({
+        "app": "shop",
+        "request": {"method": "GET", "path": "/legacy", "headers": {"user-agent": "t"}},
+        "client": {"ip": "198.51.100.7"}
+    }));
+    assert_eq!(st, 200);
+    let row = (0..50)
+        .find_map(|_| {
+            let (_, v) = call(
+                &e,
+                "GET",
+                "/admin/v1/decisions?route=/legacy",
+                Some(&alice),
+                None,
+            );
+            let row = v["decisions"][0].clone();
+            if row.is_null() {
+                std::thread::sleep(Duration::from_millis(100));
+                None
+            } else {
+                Some(row)
+            }
+        })
+        .expect("the decision reaches the log");
+    let (st, v) = call(
+        &e,
+        "POST",
+        &format!("/admin/v1/rulesets/{version}/trace"),
+        Some(&alice),
+        Some(&json!({ "decision": row })),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["kind"], "replay");
+    assert_eq!(v["replayed"]["code"], "RULE_DENY", "{v}");
+    assert_eq!(v["replayed"]["rule"], "legacy");
+    let steps: Vec<&str> = v["trace"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["edge"]);
+    for body in [json!({}), json!({"sample": "x", "decision": {}})] {
+        let (st, v) = call(
+            &e,
+            "POST",
+            "/admin/v1/rulesets/stable/trace",
+            Some(&alice),
+            Some(&body),
+        );
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (400, Some("INVALID_FIELD"))
+        );
+    }
+
+    // Settings: what shapes decisions, never a secret.
+    let (st, v) = call(&e, "GET", "/admin/v1/settings", Some(&basic("vera")), None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["apps"][0]["id"], "shop");
+    assert_eq!(v["apps"][0]["window_ms"], 60000);
+    assert_eq!(v["state"]["on_store_error"]["quotas"], "deny");
+    assert_eq!(v["admin"]["users"].as_array().unwrap().len(), 5);
+    let text = v.to_string();
+    assert!(!text.contains("admin-test-secret"), "{text}");
+    assert!(!text.contains("argon2"), "{text}");
 }

@@ -1,0 +1,135 @@
+//! The operators' console (`admin-ui/`, Yew compiled to WebAssembly), served under `/console/`
+//! from files embedded at build time. Every answer carries the console's security headers: a
+//! strict Content-Security-Policy (own origin only, the inline bootstrap allowed by its hash, no
+//! framing), `nosniff`, no referrer. The console talks to the admin API with the session cookie
+//! (`HttpOnly`, `SameSite=Strict`) and sends the session's CSRF token on every change.
+
+use actix_web::http::header;
+use actix_web::{web, HttpResponse};
+
+mod assets {
+    include!(concat!(env!("OUT_DIR"), "/console_assets.rs"));
+}
+
+/// Whether this binary was built with the console.
+pub fn built() -> bool {
+    !assets::CONSOLE_FILES.is_empty()
+}
+
+/// For console development: serve this directory (a trunk `dist/`) instead of the embedded files,
+/// so a rebuilt console is picked up without rebuilding the engine.
+fn dev_dir() -> Option<&'static std::path::Path> {
+    static DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        std::env::var_os("RAMPART_CONSOLE_DIR")
+            .filter(|d| !d.is_empty())
+            .map(Into::into)
+    })
+    .as_deref()
+}
+
+/// The Content-Security-Policy of every console answer.
+pub fn csp() -> String {
+    let hashes = match dev_dir() {
+        Some(d) => crate::console_files::inline_script_hashes(
+            &std::fs::read_to_string(d.join("index.html")).unwrap_or_default(),
+        ),
+        None => assets::CONSOLE_SCRIPT_HASHES.to_string(),
+    };
+    format!(
+        "default-src 'self'; script-src 'self' 'wasm-unsafe-eval' {}; style-src 'self'; \
+         img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; \
+         form-action 'self'; frame-ancestors 'none'",
+        hashes
+    )
+}
+
+fn secured(mut b: actix_web::HttpResponseBuilder) -> actix_web::HttpResponseBuilder {
+    b.insert_header((header::CONTENT_SECURITY_POLICY, csp()))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .insert_header((header::X_FRAME_OPTIONS, "DENY"))
+        .insert_header((header::REFERRER_POLICY, "no-referrer"))
+        .insert_header(("cross-origin-opener-policy", "same-origin"))
+        .insert_header(("cross-origin-resource-policy", "same-origin"))
+        .insert_header((
+            "permissions-policy",
+            "camera=(), microphone=(), geolocation=(), payment=()",
+        ));
+    b
+}
+
+async fn index() -> HttpResponse {
+    file("index.html")
+}
+
+async fn asset(path: web::Path<String>) -> HttpResponse {
+    file(&path)
+}
+
+async fn redirect() -> HttpResponse {
+    HttpResponse::PermanentRedirect()
+        .insert_header((header::LOCATION, "/console/"))
+        .finish()
+}
+
+fn file(name: &str) -> HttpResponse {
+    use actix_web::web::Bytes;
+    let found = match dev_dir() {
+        // `{file}` never holds a `/`; hidden files (the build hash) are not served.
+        Some(d) if !name.starts_with('.') => std::fs::read(d.join(name))
+            .ok()
+            .map(|b| (name, crate::console_files::mime(name), Bytes::from(b))),
+        Some(_) => None,
+        None => assets::CONSOLE_FILES
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .map(|(n, m, b)| (*n, *m, Bytes::from_static(b))),
+    };
+    match found {
+        Some((n, mime, bytes)) => {
+            // trunk names every asset but index.html after its content hash.
+            let cache = if n == "index.html" {
+                "no-cache"
+            } else {
+                "public, max-age=31536000, immutable"
+            };
+            secured(HttpResponse::Ok())
+                .content_type(mime)
+                .insert_header((header::CACHE_CONTROL, cache))
+                .body(bytes)
+        }
+        None if !built() && dev_dir().is_none() => secured(HttpResponse::NotFound())
+            .content_type("text/plain; charset=utf-8")
+            .body(
+                "The console is not built into this binary. Build it with ./scripts/console.sh \
+                 (or run ./scripts/serve.sh), then rebuild rampart.\n",
+            ),
+        None => actix_web::ResponseError::error_response(&crate::api::ApiError::new(
+            404,
+            "NOT_FOUND",
+            format!("no console file {name:?}"),
+        )),
+    }
+}
+
+/// Registers `/console`, `/console/` and `/console/{file}` (GET and HEAD).
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/console")
+            .route(web::get().to(redirect))
+            .route(web::head().to(redirect))
+            .default_service(web::to(crate::api::method_not_allowed)),
+    )
+    .service(
+        web::resource("/console/")
+            .route(web::get().to(index))
+            .route(web::head().to(index))
+            .default_service(web::to(crate::api::method_not_allowed)),
+    )
+    .service(
+        web::resource("/console/{file}")
+            .route(web::get().to(asset))
+            .route(web::head().to(asset))
+            .default_service(web::to(crate::api::method_not_allowed)),
+    );
+}
