@@ -40,12 +40,24 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
     || { $sudo_cmd apt-get update >/dev/null && $sudo_cmd apt-get install -y --no-install-recommends nginx-light >/dev/null; }
 fi
 echo "clickhouse-server: $(dpkg-query -W -f='${Version}' clickhouse-server 2>/dev/null || echo present)"
+# The console's browser tests drive Debian's Chromium (test tools cannot download browsers here).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  echo "installing chromium and chromium-driver (Debian packages)"
+  $sudo_cmd apt-get install -y --no-install-recommends chromium chromium-driver >/dev/null \
+    || { $sudo_cmd apt-get update >/dev/null && $sudo_cmd apt-get install -y --no-install-recommends chromium chromium-driver >/dev/null; }
+fi
+chromium --version
+
+step "console (admin-ui: Yew → wasm with trunk; skipped when unchanged)"
+# Before the engine is built: the engine embeds admin-ui/dist.
+./scripts/console.sh
 
 step "format"
 cargo fmt --all -- --check
 
 step "lint"
 cargo clippy --workspace --all-targets --locked --release -- -D warnings
+(cd admin-ui && cargo fmt -- --check && cargo clippy --locked --release --target wasm32-unknown-unknown -- -D warnings)
 
 step "dependencies (cargo deny: licences, bans and duplicate versions, sources)"
 if ! command -v cargo-deny >/dev/null 2>&1; then
@@ -63,13 +75,28 @@ fi
 
 step "tests"
 log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log" "$log.e2e"' EXIT
 cargo test --workspace --locked --release 2>&1 | tee "$log"
 
 step "client signing helper (JavaScript, node --test)"
 node --test sdk/js/ 2>&1 | tee -a "$log" | tail -n 8
 # Count Node's results in the closing line like cargo's.
 awk '/^# pass / { p = $3 } /^# fail / { f = $3 } END { printf "test result: node. %d passed; %d failed;\n", p, f }' "$log" >> "$log"
+
+step "console in a browser (headless Chromium, playwright-core, against a real engine)"
+if [ ! -d admin-ui/e2e/node_modules/playwright-core ]; then
+  (cd admin-ui/e2e && npm ci --no-audit --no-fund --loglevel=error)
+fi
+# The release binary `cargo test` built above, with the console embedded.
+RAMPART_BIN="${CARGO_TARGET_DIR:-target}/release/rampart"
+cargo build --release --locked -p rampart --bin rampart
+if ! RAMPART_BIN="$RAMPART_BIN" node --test admin-ui/e2e/ >"$log.e2e" 2>&1; then
+  cat "$log.e2e"
+  exit 1
+fi
+tail -n 8 "$log.e2e"
+awk '/^# pass / { p = $3 } /^# fail / { f = $3 } END { printf "test result: browser. %d passed; %d failed;\n", p, f }' "$log.e2e" >> "$log"
+echo "screenshots: admin-ui/e2e/screenshots/"
 
 if [ "$FUZZ_SECONDS" != "0" ]; then
   step "fuzz smoke (${FUZZ_SECONDS}s per target)"

@@ -1,0 +1,408 @@
+// The console in a real browser: Debian's headless Chromium, driven by playwright-core, against a
+// real `rampart serve` (built with the console embedded) on a loopback port. One operator story
+// from log-in to a stable rule set and its decisions in the explorer, then the phone layout and
+// the keyboard. Every page is screenshotted into e2e/screenshots/ (or $SCREENSHOT_DIR); any
+// error in the browser console fails the run.
+//
+//   node --test admin-ui/e2e/        (after ./scripts/console.sh and cargo build --release -p rampart)
+
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, execFileSync } from "node:child_process";
+import { mkdtempSync, mkdirSync, writeFileSync, existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, dirname, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import net from "node:net";
+import { chromium } from "playwright-core";
+import { sign } from "../../sdk/js/rampart-sign.mjs";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = resolve(here, "../..");
+const targetDir = process.env.CARGO_TARGET_DIR || join(root, "target");
+const BIN = process.env.RAMPART_BIN || join(targetDir, "release", "rampart");
+const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
+const SHOTS = process.env.SCREENSHOT_DIR || join(here, "screenshots");
+const SECRET = "e2e-secret-0123456789";
+const PASSWORDS = { alice: "alice-pass-1", bob: "bob-pass-2", vera: "vera-pass-3" };
+
+let engine, base, browser, dir;
+const consoleErrors = [];
+
+function freePort() {
+  return new Promise((ok, fail) => {
+    const s = net.createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => ok(port));
+    });
+    s.on("error", fail);
+  });
+}
+
+function hash(password) {
+  return execFileSync(BIN, ["hash-password"], { input: password + "\n" }).toString().trim();
+}
+
+async function waitReady(url, ms = 30000) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    try {
+      if ((await fetch(url + "/readyz")).ok) return;
+    } catch {}
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error("engine did not become ready");
+}
+
+/** A signed `/v1/decide` for `path`, as the app's backend would send it. */
+async function decide(path, { user = "u-" + Math.floor(Math.random() * 1e6), country = "DE", device = "desktop", isp = "Telekom" } = {}) {
+  const body = JSON.stringify({ sku: 1042, n: Math.random() });
+  const h = await sign({ secret: SECRET, app: "shop", method: "POST", path, body });
+  const r = await fetch(base + "/v1/decide", {
+    method: "POST",
+    body: JSON.stringify({
+      app: "shop",
+      request: {
+        method: "POST", path, body,
+        headers: { "x-timestamp": h.timestamp, "x-nonce": h.nonce, "x-signature": h.signature,
+                   "user-agent": "Mozilla/5.0 (X11; Linux x86_64) Chrome/148.0", "content-type": "application/json" },
+      },
+      client: { ip: "198.51.100." + (1 + Math.floor(Math.random() * 200)), country, isp, device_type: device,
+                device_id: "dev-" + user },
+      user_id: user,
+    }),
+  });
+  assert.equal(r.status, 200);
+  return r.json();
+}
+
+async function traffic(n, path = "/api/cart/add") {
+  const out = [];
+  for (let i = 0; i < n; i++) out.push(await decide(path, { country: ["DE", "FR", "US", "BR"][i % 4], device: ["desktop", "mobile", "tablet"][i % 3], isp: ["Telekom", "Orange", "Comcast"][i % 3] }));
+  return out;
+}
+
+async function newPage(width = 1280, height = 800) {
+  const ctx = await browser.newContext({ viewport: { width, height } });
+  const page = await ctx.newPage();
+  page.on("console", (m) => {
+    if (m.type() === "error") consoleErrors.push(`${m.text()} @ ${page.url()}`);
+  });
+  page.on("pageerror", (e) => consoleErrors.push(`page error: ${e.message} @ ${page.url()}`));
+  return page;
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: join(SHOTS, name + ".png"), fullPage: true });
+}
+
+async function login(page, user) {
+  await page.goto(base + "/console/");
+  await page.fill("#login-user", user);
+  await page.fill("#login-password", PASSWORDS[user]);
+  await page.click("#login-submit");
+  await page.waitForSelector("#who");
+  assert.match(await page.textContent("#who"), new RegExp(user));
+}
+
+async function go(page, slug) {
+  await page.click(`#nav-${slug}`);
+  await page.waitForFunction((s) => location.hash === "#/" + s, slug);
+}
+
+/** Basic-auth admin call from outside the browser (what a script would do). */
+async function admin(method, path, user, body) {
+  const r = await fetch(base + path, {
+    method,
+    headers: { authorization: "Basic " + Buffer.from(`${user}:${PASSWORDS[user]}`).toString("base64") },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: r.status, body: await r.json() };
+}
+
+before(async () => {
+  assert.ok(existsSync(BIN), `no engine binary at ${BIN}: build it with cargo build --release -p rampart`);
+  dir = mkdtempSync(join(tmpdir(), "rampart-console-"));
+  mkdirSync(SHOTS, { recursive: true });
+  const port = await freePort();
+  base = `http://127.0.0.1:${port}`;
+  const users = Object.entries({ alice: "author", bob: "approver", vera: "viewer" })
+    .map(([name, role]) => `[[admin.users]]\nname = "${name}"\nrole = "${role}"\npassword_hash = "${hash(PASSWORDS[name])}"\n`)
+    .join("\n");
+  writeFileSync(join(dir, "rampart.toml"), `
+[server]
+listen = "127.0.0.1:${port}"
+workers = 2
+
+[[apps]]
+id = "shop"
+secret = "${SECRET}"
+window_ms = 5000
+
+[decision_log]
+dir = "${join(dir, "decisions")}"
+
+[admin]
+allow_unsigned_uploads = true
+poll_ms = 200
+
+${users}
+`);
+  engine = spawn(BIN, ["serve", "--config", join(dir, "rampart.toml")], { stdio: ["ignore", "ignore", "inherit"] });
+  await waitReady(base);
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+           "--disable-sync", "--disable-quic", "--no-first-run"],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  engine?.kill("SIGTERM");
+});
+
+test("the console is served with its security headers and only when built", async () => {
+  const r = await fetch(base + "/console/");
+  assert.equal(r.status, 200);
+  const csp = r.headers.get("content-security-policy");
+  assert.match(csp, /default-src 'self'/);
+  assert.match(csp, /frame-ancestors 'none'/);
+  assert.doesNotMatch(csp, /unsafe-inline/);
+  assert.equal(r.headers.get("x-frame-options"), "DENY");
+  assert.equal(r.headers.get("x-content-type-options"), "nosniff");
+  assert.equal(r.headers.get("referrer-policy"), "no-referrer");
+  const html = await r.text();
+  const wasm = html.match(/\/console\/([\w-]+\.wasm)/);
+  assert.ok(wasm, "index.html names the wasm module");
+  const w = await fetch(base + "/console/" + wasm[1]);
+  assert.equal(w.headers.get("content-type"), "application/wasm");
+  assert.match(w.headers.get("cache-control"), /immutable/);
+  const missing = await fetch(base + "/console/nope.js");
+  assert.equal(missing.status, 404);
+  assert.equal((await missing.json()).error.code, "NOT_FOUND");
+  assert.equal((await fetch(base + "/console", { redirect: "manual" })).status, 308);
+});
+
+test("an operator story: author a rule, sandbox it, canary it, approve it as someone else, watch it decide", async () => {
+  await traffic(30);
+  const page = await newPage();
+  await page.goto(base + "/console/");
+  await page.waitForSelector("#login-user");
+  await shot(page, "01-login");
+
+  // A wrong password is refused with its code, shown in the form.
+  await page.fill("#login-user", "alice");
+  await page.fill("#login-password", "wrong");
+  await page.click("#login-submit");
+  await page.waitForSelector(".error .code");
+  assert.equal(await page.textContent(".error .code"), "UNAUTHENTICATED");
+  consoleErrors.length = 0; // the refused log-in is a 401 the browser reports; expected here
+  await login(page, "alice");
+
+  // Overview: the charts are there and fill with the traffic.
+  await page.waitForSelector("#chart-rate svg path", { state: "attached" });
+  await page.waitForFunction(() => Number(document.querySelector("#kpi-n")?.textContent) >= 30, null, { timeout: 15000 });
+  await page.waitForSelector("#heat-country svg rect", { state: "attached" });
+  await shot(page, "02-overview");
+
+  // Rules: author a rule with a syntax error, see it located, fix it.
+  await go(page, "rules");
+  await page.waitForSelector("#rule-editor");
+  await page.fill("#new-file", "legacy-export.rhai");
+  await page.click("#new-file-add");
+  await page.waitForFunction(() => document.querySelector("#current-file")?.textContent === "edge/legacy-export.rhai");
+  const broken = [
+    "//! name: legacy-export",
+    "//! priority: 50",
+    "//! owner: secops",
+    "//! description: The retired export endpoint is only probed by scrapers.",
+    "if req.path == \"/api/legacy/export\" {",
+    "    deny(\"retired endpoint\"",
+    "}",
+    "",
+  ].join("\n");
+  await page.fill("#rule-editor", broken);
+  await page.click("#validate");
+  await page.waitForSelector("#problems li");
+  const problem = await page.textContent("#problems li");
+  assert.match(problem, /^edge\/legacy-export\.rhai:\d+:\d+/);
+  const line = Number(problem.split(":")[1]);
+  assert.ok(line >= 6 && line <= 7, `the error is located at the deny call, got line ${line}: ${problem}`);
+  assert.equal(await page.textContent(".gutter .ln.err"), String(line));
+  await page.waitForSelector(".line.err .inline-err");
+  await shot(page, "03-rules-error");
+  await page.fill("#rule-editor", broken.replace('"retired endpoint"', '"retired endpoint")'));
+  await page.click("#validate");
+  await page.waitForFunction(() => /^valid: \d+ rules/.test(document.querySelector("#rules-status")?.textContent || ""));
+  assert.equal(await page.$("#problems"), null);
+  await page.check("#show-diff");
+  await page.waitForSelector("#diff tr.ins");
+  await shot(page, "04-rules-diff");
+  await page.uncheck("#show-diff");
+  await page.fill("#save-message", "deny the retired export endpoint");
+  await page.click("#save");
+  await page.waitForSelector("#to-sandbox");
+  const version = (await page.textContent("#rules-status")).match(/version ([0-9a-f]{16})/)[1];
+
+  // Sandbox: regression against stable, then one sample's trace.
+  await page.click("#to-sandbox");
+  await page.waitForFunction((v) => document.querySelector("#sandbox-version")?.value === v, version);
+  await page.click("#run-regress");
+  await page.waitForSelector("#regress-report", { timeout: 60000 });
+  assert.match(await page.textContent("#rate-detection"), /%$/);
+  await page.click("#failures button.sample");
+  await page.waitForSelector("#trace-panel table.trace");
+  const steps = await page.$$eval("#trace-panel tr.step th", (ths) => ths.map((t) => t.textContent));
+  assert.deepEqual(steps.slice(0, 3), ["lists", "edge", "signature"]);
+  assert.ok((await page.$$("#trace-panel tr.rule")).length > 5, "the trace lists the rules it evaluated");
+  await page.click("#run-backtest");
+  await page.waitForSelector("#backtest-report");
+  assert.ok(Number(await page.textContent("#bt-rows")) >= 30);
+  await shot(page, "05-sandbox");
+
+  // Rollouts: stage a 50% canary; an author cannot approve (hidden here, refused by the server).
+  await go(page, "rollouts");
+  await page.waitForSelector("#stage-version");
+  await page.selectOption("#stage-version", version);
+  await page.fill("#canary-percent", "50");
+  await page.click("#stage-canary");
+  await page.waitForFunction(() => /canary 50%/.test(document.querySelector("#candidate-stage")?.textContent || ""));
+  assert.equal(await page.$("#approve"), null, "an author sees no approve button");
+  const refused = await admin("POST", "/admin/v1/rollout/approve", "alice", { version });
+  assert.equal(refused.status, 403);
+  assert.equal(refused.body.error.code, "FORBIDDEN");
+  await shot(page, "06-rollouts-canary");
+
+  // Both arms answer while the canary runs.
+  const canary = await traffic(40, "/api/legacy/export");
+  const arms = new Set(canary.map((d) => d.ruleset.arm));
+  assert.ok(arms.has("canary") && arms.has("stable"), `both arms served: ${[...arms]}`);
+
+  // A second person approves.
+  await page.click("#logout");
+  await page.waitForSelector("#login-user");
+  await login(page, "bob");
+  await go(page, "rollouts");
+  await page.waitForSelector("#approve");
+  await page.click("#approve");
+  await page.waitForFunction((v) => document.querySelector("#stable-version")?.textContent === v, version);
+  await page.waitForFunction(() => document.querySelector("#audit")?.textContent.includes("rollout.approve"));
+  await shot(page, "07-rollouts-approved");
+  await new Promise((r) => setTimeout(r, 300));
+  const after = await traffic(10, "/api/legacy/export");
+  assert.ok(after.every((d) => d.code === "RULE_DENY" && d.rule === "legacy-export"), JSON.stringify(after[0]));
+
+  // Decisions explorer: the refusals arrive; open one and trace it.
+  await go(page, "decisions");
+  await page.fill("#f-rule", "legacy-export");
+  await page.press("#f-rule", "Enter");
+  await page.locator("#f-rule").blur();
+  await page.waitForFunction(() => document.querySelectorAll("#decision-table tbody tr").length >= 10, null, { timeout: 15000 });
+  const codes = await page.$$eval("#decision-table tbody tr td:nth-child(3)", (tds) => tds.map((t) => t.textContent));
+  assert.ok(codes.every((c) => c === "RULE_DENY"), codes.join(","));
+  await page.click("#decision-table tbody tr:first-child button");
+  await page.waitForSelector("#decision-detail");
+  // bob (approver) includes author: he may trace.
+  await page.click("#trace-decision");
+  await page.waitForSelector("#decision-trace table.trace");
+  assert.match(await page.textContent("#decision-trace"), /legacy-export/);
+  await shot(page, "08-decisions");
+
+  // The overview chart moves while traffic flows.
+  await go(page, "overview");
+  await page.waitForSelector("#chart-rate svg path", { state: "attached" });
+  await new Promise((r) => setTimeout(r, 2500));
+  const pending = traffic(150);
+  await page.waitForFunction(() => Number(document.querySelector("#kpi-rate")?.textContent) > 0, null, { timeout: 15000 });
+  await pending;
+  await shot(page, "09-overview-live");
+
+  // Lists: add and remove a block entry.
+  await go(page, "lists");
+  await page.waitForSelector("#l-value");
+  await page.fill("#l-value", "203.0.113.0/24");
+  await page.fill("#l-note", "e2e abuse network");
+  await page.click("#l-add");
+  await page.waitForFunction(() => document.querySelector("#list-block")?.textContent.includes("203.0.113.0/24"));
+  await shot(page, "10-lists");
+  await page.click("#list-block button.danger");
+  await page.waitForFunction(() => !document.querySelector("#list-block")?.textContent.includes("203.0.113.0/24"));
+
+  // Settings: read-only, and no secret anywhere on the page.
+  await go(page, "settings");
+  await page.waitForSelector("#settings-apps td");
+  assert.match(await page.textContent("#settings-apps"), /shop/);
+  const text = await page.textContent("body");
+  assert.ok(!text.includes(SECRET), "the app secret is not shown");
+  assert.ok(!text.includes("$argon2"), "password hashes are not shown");
+  await shot(page, "11-settings");
+
+  // A viewer sees no editing controls.
+  await page.click("#logout");
+  await login(page, "vera");
+  await go(page, "rules");
+  await page.waitForSelector("#rule-editor");
+  assert.equal(await page.$("#validate"), null);
+  assert.equal(await page.$("#save"), null);
+  assert.notEqual(await page.getAttribute("#rule-editor", "readonly"), null);
+  await go(page, "rollouts");
+  await page.waitForSelector("#history");
+  assert.equal(await page.$("#stage-canary"), null);
+  await page.context().close();
+  assert.deepEqual(consoleErrors, []);
+});
+
+test("every page fits a 390-pixel phone screen", async () => {
+  const page = await newPage(390, 844);
+  await login(page, "alice");
+  for (const slug of ["overview", "rules", "sandbox", "rollouts", "decisions", "lists", "settings"]) {
+    await page.goto(`${base}/console/#/${slug}`);
+    await page.waitForFunction((s) => document.querySelector("h1")?.textContent.toLowerCase() === s, slug);
+    await new Promise((r) => setTimeout(r, 400));
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    const wide = await page.evaluate(() => [...document.querySelectorAll("body *")]
+      .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1)
+      .slice(0, 5).map((e) => `${e.tagName.toLowerCase()}#${e.id}.${e.className?.baseVal ?? e.className}`));
+    assert.ok(overflow <= 1, `${slug} overflows the phone screen by ${overflow}px: ${wide.join(", ")}`);
+    await shot(page, `phone-${slug}`);
+  }
+  await page.context().close();
+  assert.deepEqual(consoleErrors, []);
+});
+
+test("keyboard only: log in, move between pages, use the editor", async () => {
+  const page = await newPage();
+  await page.goto(base + "/console/");
+  await page.waitForSelector("#login-user");
+  await page.keyboard.press("Tab");
+  assert.equal(await page.evaluate(() => document.activeElement.id), "login-user");
+  await page.keyboard.type("alice");
+  await page.keyboard.press("Tab");
+  await page.keyboard.type(PASSWORDS.alice);
+  await page.keyboard.press("Enter");
+  await page.waitForSelector("#who");
+  // The skip link comes first, then the pages.
+  await page.keyboard.press("Tab");
+  assert.equal(await page.evaluate(() => document.activeElement.textContent), "Skip to content");
+  for (let i = 0; i < 2; i++) await page.keyboard.press("Tab");
+  assert.equal(await page.evaluate(() => document.activeElement.id), "nav-rules");
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(() => location.hash === "#/rules");
+  await page.waitForSelector("#rule-editor");
+  await page.focus("#rule-editor");
+  // Tab indents inside the editor; Escape then Tab leaves it.
+  const before = await page.inputValue("#rule-editor");
+  await page.keyboard.press("Tab");
+  assert.equal((await page.inputValue("#rule-editor")).length, before.length + 2);
+  assert.equal(await page.evaluate(() => document.activeElement.id), "rule-editor");
+  await page.keyboard.press("Escape");
+  await page.keyboard.press("Tab");
+  assert.notEqual(await page.evaluate(() => document.activeElement.id), "rule-editor");
+  // Focus is visible.
+  const outline = await page.evaluate(() => getComputedStyle(document.activeElement).outlineStyle);
+  assert.notEqual(outline, "none");
+  await page.context().close();
+  assert.deepEqual(consoleErrors, []);
+});
