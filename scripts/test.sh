@@ -87,9 +87,9 @@ step "console in a browser (headless Chromium, playwright-core, against a real e
 if [ ! -d admin-ui/e2e/node_modules/playwright-core ]; then
   (cd admin-ui/e2e && npm ci --no-audit --no-fund --loglevel=error)
 fi
-# The release binary `cargo test` built above, with the console embedded.
+# The release binary `cargo test` built above for the integration tests, with the console
+# embedded (a separate `cargo build -p rampart` would resolve other features and rebuild it).
 RAMPART_BIN="${CARGO_TARGET_DIR:-target}/release/rampart"
-cargo build --release --locked -p rampart --bin rampart
 if ! RAMPART_BIN="$RAMPART_BIN" node --test admin-ui/e2e/ >"$log.e2e" 2>&1; then
   cat "$log.e2e"
   exit 1

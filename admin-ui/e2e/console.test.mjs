@@ -182,7 +182,10 @@ test("the console is served with its security headers and only when built", asyn
   const missing = await fetch(base + "/console/nope.js");
   assert.equal(missing.status, 404);
   assert.equal((await missing.json()).error.code, "NOT_FOUND");
-  assert.equal((await fetch(base + "/console", { redirect: "manual" })).status, 308);
+  assert.match(missing.headers.get("content-security-policy"), /frame-ancestors 'none'/);
+  const redirect = await fetch(base + "/console", { redirect: "manual" });
+  assert.equal(redirect.status, 308);
+  assert.equal(redirect.headers.get("x-frame-options"), "DENY");
 });
 
 test("an operator story: author a rule, sandbox it, canary it, approve it as someone else, watch it decide", async () => {

@@ -106,6 +106,16 @@ pub fn hash_query() -> String {
         .unwrap_or_default()
 }
 
+/// One parameter of the fragment's query, percent-decoded.
+pub fn hash_param(name: &str) -> Option<String> {
+    hash_query().split('&').find_map(|kv| {
+        let v = kv.strip_prefix(name)?.strip_prefix('=')?;
+        js_sys::decode_uri_component(&v.replace('+', " "))
+            .ok()
+            .map(String::from)
+    })
+}
+
 #[function_component(App)]
 fn app() -> Html {
     let session = use_state(|| None::<Session>);

@@ -23,18 +23,12 @@ pub fn decisions() -> Html {
     let session = use_context::<Session>().expect("session");
     let filters = use_state(|| {
         // `#/decisions?code=RATE_LIMITED` pre-fills the filters.
-        let q = crate::hash_query();
         FILTERS
             .iter()
-            .map(|(k, _)| {
-                q.split('&')
-                    .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
-                    .unwrap_or("")
-                    .to_string()
-            })
+            .map(|(k, _)| crate::hash_param(k).unwrap_or_default())
             .collect::<Vec<_>>()
     });
-    let action = use_state(String::new);
+    let action = use_state(|| crate::hash_param("action").unwrap_or_default());
     let minutes = use_state(|| "60".to_string());
     let rows = use_state(Vec::<Value>::new);
     let next = use_state(|| None::<String>);

@@ -51,13 +51,7 @@ pub fn sandbox() -> Html {
     let session = use_context::<Session>().expect("session");
     let can_run = session.can("author");
     let versions = use_state(Vec::<Value>::new);
-    let version = use_state(|| {
-        crate::hash_query()
-            .split('&')
-            .find_map(|kv| kv.strip_prefix("version="))
-            .unwrap_or("")
-            .to_string()
-    });
+    let version = use_state(|| crate::hash_param("version").unwrap_or_default());
     let report = use_state(|| None::<Value>);
     let backtest = use_state(|| None::<Value>);
     let hours = use_state(|| "1".to_string());

@@ -67,7 +67,7 @@ async fn asset(path: web::Path<String>) -> HttpResponse {
 }
 
 async fn redirect() -> HttpResponse {
-    HttpResponse::PermanentRedirect()
+    secured(HttpResponse::PermanentRedirect())
         .insert_header((header::LOCATION, "/console/"))
         .finish()
 }
@@ -104,11 +104,17 @@ fn file(name: &str) -> HttpResponse {
                 "The console is not built into this binary. Build it with ./scripts/console.sh \
                  (or run ./scripts/serve.sh), then rebuild rampart.\n",
             ),
-        None => actix_web::ResponseError::error_response(&crate::api::ApiError::new(
-            404,
-            "NOT_FOUND",
-            format!("no console file {name:?}"),
-        )),
+        None => {
+            let mut r = actix_web::ResponseError::error_response(&crate::api::ApiError::new(
+                404,
+                "NOT_FOUND",
+                format!("no console file {name:?}"),
+            ));
+            for (k, v) in secured(HttpResponse::NotFound()).finish().headers() {
+                r.headers_mut().insert(k.clone(), v.clone());
+            }
+            r
+        }
     }
 }
 
