@@ -98,6 +98,11 @@ tail -n 8 "$log.e2e"
 awk '/^# pass / { p = $3 } /^# fail / { f = $3 } END { printf "test result: browser. %d passed; %d failed;\n", p, f }' "$log.e2e" >> "$log"
 echo "screenshots: admin-ui/e2e/screenshots/"
 
+step "load-test smoke (rampart-load against the baseline; figures are printed, never checked)"
+cargo build --release --locked -p rampart-load --quiet
+"${CARGO_TARGET_DIR:-target}/release/rampart-load" --engine "$RAMPART_BIN" --only baseline,local \
+  --seconds 1 --connections 8 --out "$(mktemp -d)" 2>&1 | grep -E 'req/s' || { echo "rampart-load failed"; exit 1; }
+
 if [ "$FUZZ_SECONDS" != "0" ]; then
   step "fuzz smoke (${FUZZ_SECONDS}s per target)"
   if ! command -v cargo-fuzz >/dev/null 2>&1; then

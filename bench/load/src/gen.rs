@@ -1,0 +1,253 @@
+//! The load generator: keep-alive HTTP/1.1 connections on a single-threaded tokio runtime, each
+//! sending signed `/v1/decide` bodies (a fresh nonce, user and parameters per request) and
+//! waiting for the answer. Closed loop (as fast as answers come) measures the maximum rate; open
+//! loop (each connection on a fixed schedule) measures latency at a given rate, timed from the
+//! scheduled send so a stall counts against the server (no coordinated omission).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+pub const APP: &str = "shop";
+pub const SECRET: &[u8] = b"load-test-secret-0123456789";
+const PATH: &str = "/api/cart/add";
+
+/// What one run measured.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    pub requests: u64,
+    pub errors: u64,
+    pub seconds: f64,
+    /// Latencies in microseconds, sorted.
+    pub lat_us: Vec<u32>,
+    /// Answers by decision code (engine) or status (baseline).
+    pub codes: std::collections::BTreeMap<String, u64>,
+}
+
+impl Measured {
+    pub fn rps(&self) -> f64 {
+        self.requests as f64 / self.seconds.max(1e-9)
+    }
+
+    pub fn pct(&self, p: f64) -> f64 {
+        if self.lat_us.is_empty() {
+            return 0.0;
+        }
+        let i = ((self.lat_us.len() as f64 - 1.0) * p).round() as usize;
+        self.lat_us[i] as f64
+    }
+}
+
+/// A `/v1/decide` body for request number `seq` of connection `conn`, signed now.
+pub fn decide_body(conn: u64, seq: u64, salt: u64) -> Vec<u8> {
+    let n = salt.wrapping_mul(1_000_003) ^ (conn << 40) ^ seq;
+    let user = format!("u-{}", n % 200_000);
+    let body = format!(
+        "{{\"sku\":{},\"qty\":{},\"cart\":\"c-{n:x}\"}}",
+        1000 + n % 5000,
+        1 + n % 3
+    );
+    let nonce = format!("load{salt:08x}{conn:04x}{seq:012x}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as i64;
+    let h = rampart_core::sign::sign(
+        SECRET,
+        &rampart_core::sign::ToSign {
+            app: APP,
+            method: "POST",
+            path: PATH,
+            query: "",
+            body: body.as_bytes(),
+            timestamp_ms: now,
+            nonce: &nonce,
+        },
+    );
+    let country = ["DE", "FR", "US", "BR", "CN"][(n % 5) as usize];
+    let device = ["mobile", "desktop"][(n % 2) as usize];
+    serde_json::json!({
+        "app": APP,
+        "request": {
+            "method": "POST", "path": PATH, "body": body,
+            "headers": {
+                "x-timestamp": h.timestamp, "x-nonce": h.nonce, "x-signature": h.signature,
+                "content-type": "application/json",
+                "user-agent": "Mozilla/5.0 (Linux; Android 14) AppleWebKit/537.36 Chrome/120.0 Mobile Safari/537.36",
+                "accept": "application/json",
+            }
+        },
+        "client": {
+            "ip": format!("10.{}.{}.{}", (n >> 16) % 256, (n >> 8) % 256, 1 + n % 250),
+            "country": country,
+            "device_type": device,
+            "device_id": format!("dev-{}", n % 200_000),
+        },
+        "user_id": user,
+        "params": {"sku": 1000 + n % 5000, "cart": format!("c-{n:x}")},
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// How the connections send.
+#[derive(Debug, Clone, Copy)]
+pub enum Pace {
+    /// Each connection sends its next request when the previous answer arrived.
+    Closed,
+    /// All connections together send `rate` requests per second on a fixed schedule.
+    Open { rate: f64 },
+}
+
+/// Runs `connections` connections against `addr` for `duration`.
+pub fn run(addr: SocketAddr, connections: usize, duration: Duration, pace: Pace) -> Measured {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let mut salt = [0u8; 8];
+    let _ = getrandom::getrandom(&mut salt);
+    let salt = u64::from_le_bytes(salt);
+    rt.block_on(async move {
+        let start = Instant::now();
+        let deadline = start + duration;
+        let mut tasks = Vec::new();
+        for c in 0..connections {
+            tasks.push(tokio::spawn(connection(
+                addr,
+                c as u64,
+                salt,
+                deadline,
+                pace,
+                connections,
+            )));
+        }
+        let mut m = Measured::default();
+        for t in tasks {
+            if let Ok(part) = t.await {
+                m.requests += part.requests;
+                m.errors += part.errors;
+                m.lat_us.extend(part.lat_us);
+                for (k, v) in part.codes {
+                    *m.codes.entry(k).or_insert(0) += v;
+                }
+            }
+        }
+        m.seconds = start.elapsed().as_secs_f64().min(duration.as_secs_f64());
+        m.lat_us.sort_unstable();
+        m
+    })
+}
+
+async fn connection(
+    addr: SocketAddr,
+    conn: u64,
+    salt: u64,
+    deadline: Instant,
+    pace: Pace,
+    connections: usize,
+) -> Measured {
+    let mut m = Measured::default();
+    let Ok(mut s) = TcpStream::connect(addr).await else {
+        m.errors += 1;
+        return m;
+    };
+    let _ = s.set_nodelay(true);
+    let interval = match pace {
+        Pace::Closed => None,
+        Pace::Open { rate } => Some(Duration::from_secs_f64(connections as f64 / rate.max(1.0))),
+    };
+    // Spread the connections' schedules over one interval.
+    let mut next = Instant::now()
+        + interval.map_or(Duration::ZERO, |i| {
+            i.mul_f64(conn as f64 / connections as f64)
+        });
+    let mut buf = Vec::with_capacity(4096);
+    let mut seq = 0u64;
+    loop {
+        if let Some(i) = interval {
+            tokio::time::sleep_until(next.into()).await;
+            next += i;
+        }
+        let sent = if interval.is_some() {
+            next - interval.unwrap_or_default()
+        } else {
+            Instant::now()
+        };
+        if sent >= deadline {
+            break;
+        }
+        seq += 1;
+        let body = decide_body(conn, seq, salt);
+        let mut req = format!(
+            "POST /v1/decide HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        req.extend_from_slice(&body);
+        if s.write_all(&req).await.is_err() {
+            m.errors += 1;
+            break;
+        }
+        match read_answer(&mut s, &mut buf).await {
+            Some((status, code)) => {
+                let lat = sent.elapsed().as_micros().min(u32::MAX as u128) as u32;
+                m.lat_us.push(lat);
+                m.requests += 1;
+                if status != 200 {
+                    m.errors += 1;
+                }
+                *m.codes.entry(code).or_insert(0) += 1;
+            }
+            None => {
+                m.errors += 1;
+                break;
+            }
+        }
+    }
+    m
+}
+
+/// Reads one HTTP/1.1 answer: (status, decision code or `HTTP <status>`).
+async fn read_answer(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(u16, String)> {
+    buf.clear();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = std::str::from_utf8(&buf[..head_end]).ok()?;
+    let status: u16 = head.split(' ').nth(1)?.parse().ok()?;
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    while buf.len() < head_end + len {
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let body = &buf[head_end..head_end + len];
+    // The decision code, without parsing the whole answer.
+    let code = std::str::from_utf8(body)
+        .ok()
+        .and_then(|b| b.split("\"code\":\"").nth(1))
+        .and_then(|r| r.split('"').next())
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("HTTP {status}"));
+    Some((status, code))
+}

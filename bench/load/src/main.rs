@@ -1,0 +1,406 @@
+//! `rampart-load`: the engine measured side by side with an actix-web hello-world baseline, by
+//! the same generator on the same machine in the same run, so the figures are ratios that mean
+//! something on any machine. Prints a report, writes `results.json`, `results.md` and SVG plots.
+//!
+//!   cargo run --release -p rampart-load -- --out docs/perf
+
+mod gen;
+mod plot;
+mod servers;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use gen::{Measured, Pace};
+use serde_json::{json, Value};
+
+#[derive(Parser)]
+#[command(name = "rampart-load", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The hello-world baseline server (started by the load run itself).
+    #[command(hide = true)]
+    Baseline {
+        #[arg(long)]
+        listen: String,
+        #[arg(long, default_value_t = 2)]
+        workers: usize,
+    },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The engine binary (default: `rampart` beside this binary).
+    #[arg(long)]
+    engine: Option<PathBuf>,
+    /// The rule directory the rule-count runs are built from.
+    #[arg(long, default_value = "rules")]
+    rules: PathBuf,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 8.0)]
+    seconds: f64,
+    /// Concurrent keep-alive connections.
+    #[arg(long, default_value_t = 32)]
+    connections: usize,
+    /// Server workers (default: the number of cores).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Runs: baseline,local,redis,clickhouse,rules,workers,memory (comma-separated).
+    #[arg(
+        long,
+        default_value = "baseline,local,redis,clickhouse,rules,workers,memory"
+    )]
+    only: String,
+    /// Use this Redis instead of starting one.
+    #[arg(long)]
+    redis_url: Option<String>,
+    /// Use this ClickHouse (HTTP URL) instead of starting one.
+    #[arg(long)]
+    clickhouse_url: Option<String>,
+    /// Only drive this running engine (host:port) and print what was measured.
+    #[arg(long)]
+    against: Option<std::net::SocketAddr>,
+    /// Where to write results.json, results.md and the plots.
+    #[arg(long, default_value = "docs/perf")]
+    out: PathBuf,
+}
+
+/// One measured server: its maximum rate (closed loop) and its latency at half of it.
+#[derive(Debug, Clone)]
+struct Row {
+    name: String,
+    max: Measured,
+    half: Measured,
+}
+
+impl Row {
+    fn json(&self) -> Value {
+        json!({
+            "name": self.name,
+            "rps": self.max.rps().round(),
+            "max_p50_us": self.max.pct(0.5), "max_p99_us": self.max.pct(0.99),
+            "half_rate": (self.max.rps() / 2.0).round(),
+            "half_rps": self.half.rps().round(),
+            "half_p50_us": self.half.pct(0.5), "half_p99_us": self.half.pct(0.99),
+            "half_p999_us": self.half.pct(0.999),
+            "errors": self.max.errors + self.half.errors,
+            "codes": self.max.codes,
+        })
+    }
+}
+
+fn measure(name: &str, addr: std::net::SocketAddr, a: &RunArgs) -> Row {
+    let d = Duration::from_secs_f64(a.seconds);
+    // Warm up: connections, caches, the JIT-free but allocation-heavy first seconds.
+    let _ = gen::run(addr, a.connections, Duration::from_secs(1), Pace::Closed);
+    let max = gen::run(addr, a.connections, d, Pace::Closed);
+    let half = gen::run(
+        addr,
+        a.connections,
+        d,
+        Pace::Open {
+            rate: max.rps() / 2.0,
+        },
+    );
+    let row = Row {
+        name: name.to_string(),
+        max,
+        half,
+    };
+    eprintln!(
+        "  {:<28} {:>9.0} req/s  p50 {:>6.0} µs  p99 {:>6.0} µs | at half: p50 {:>5.0} µs  p99 {:>6.0} µs  errors {}",
+        row.name,
+        row.max.rps(),
+        row.max.pct(0.5),
+        row.max.pct(0.99),
+        row.half.pct(0.5),
+        row.half.pct(0.99),
+        row.max.errors + row.half.errors
+    );
+    row
+}
+
+/// The engine configuration of a run.
+fn config(workers: usize, rules: Option<&Path>, extra: &str) -> String {
+    let rules = match rules {
+        Some(d) => format!("[rules]\ndir = \"{}\"\nreload = false\n", d.display()),
+        None => String::new(),
+    };
+    format!(
+        "[server]\nworkers = {workers}\n\n[[apps]]\nid = \"{}\"\nsecret = \"{}\"\nwindow_ms = 5000\n\n{rules}{extra}",
+        gen::APP,
+        std::str::from_utf8(gen::SECRET).expect("ascii secret"),
+    )
+}
+
+/// A rule directory with `n` rules: the repository's rules (the first `n` when `n` is smaller),
+/// then business rules scoped to routes of their own, as a large real set is (each campaign,
+/// endpoint or partner has its rules).
+fn rule_dir(src: &Path, dst: &Path, n: usize) -> std::io::Result<PathBuf> {
+    let out = dst.join(format!("rules-{n}"));
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(out.join("lists"))?;
+    for e in std::fs::read_dir(src.join("lists"))? {
+        let e = e?;
+        std::fs::copy(e.path(), out.join("lists").join(e.file_name()))?;
+    }
+    let mut count = 0;
+    for tier in ["edge", "gateway", "business"] {
+        std::fs::create_dir_all(out.join(tier))?;
+        let mut files: Vec<_> = std::fs::read_dir(src.join(tier))?
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "rhai"))
+            .collect();
+        files.sort_by_key(|e| e.file_name());
+        for f in files {
+            if count < n {
+                std::fs::copy(f.path(), out.join(tier).join(f.file_name()))?;
+                count += 1;
+            }
+        }
+    }
+    for i in count..n {
+        let text = format!(
+            "//! name: campaign-{i}\n//! priority: {}\n//! owner: growth\n//! description: Campaign {i}: large orders from new devices need review.\n//! routes: /api/campaign-{i}/*\nif req.param(\"qty\") > 50 && req.header(\"x-device-attested\") == \"\" {{\n    score(40, \"campaign {i}: bulk order\")\n}}\n",
+            100 + i % 800
+        );
+        std::fs::write(
+            out.join("business").join(format!("campaign-{i}.rhai")),
+            text,
+        )?;
+    }
+    Ok(out)
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    if let Some(Cmd::Baseline { listen, workers }) = cli.cmd {
+        return match servers::serve_baseline(&listen, workers) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("baseline: {e}");
+                std::process::ExitCode::from(2)
+            }
+        };
+    }
+    let a = cli.run;
+    if let Some(addr) = a.against {
+        let r = measure(&addr.to_string(), addr, &a);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r.json()).unwrap_or_default()
+        );
+        return std::process::ExitCode::SUCCESS;
+    }
+    let only: Vec<&str> = a.only.split(',').map(str::trim).collect();
+    let want = |x: &str| only.contains(&x);
+    let bin = a.engine.clone().unwrap_or_else(|| {
+        std::env::current_exe()
+            .expect("own path")
+            .with_file_name("rampart")
+    });
+    if !bin.exists() {
+        eprintln!(
+            "rampart-load: no engine binary at {} (build it: cargo build --release -p rampart)",
+            bin.display()
+        );
+        return std::process::ExitCode::from(2);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = a.workers.unwrap_or(cores);
+    let tmp = std::env::temp_dir().join(format!("rampart-load-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).expect("a temporary directory");
+    let dl = |name: &str| {
+        format!(
+            "[decision_log]\ndir = \"{}\"\n",
+            tmp.join(format!("log-{name}")).display()
+        )
+    };
+    eprintln!(
+        "rampart-load: {cores} cores, {workers} server workers, {} connections, {} s per measurement; generator: 1 thread",
+        a.connections, a.seconds
+    );
+    let mut rows: Vec<Row> = Vec::new();
+    let mut report = json!({
+        "cores": cores, "workers": workers, "connections": a.connections, "seconds": a.seconds,
+    });
+
+    if want("baseline") || want("local") || want("redis") || want("clickhouse") {
+        let b = servers::baseline(workers);
+        rows.push(measure("baseline (actix hello world)", b.addr, &a));
+    }
+    if want("local") {
+        let e = servers::engine(&bin, &tmp, "local", &config(workers, None, &dl("local")));
+        rows.push(measure("engine, local state", e.addr, &a));
+    }
+    if want("redis") {
+        let started;
+        let url = match &a.redis_url {
+            Some(u) => Some(u.clone()),
+            None => {
+                started = servers::redis(&tmp);
+                started.as_ref().map(|r| format!("redis://{}", r.addr))
+            }
+        };
+        match url {
+            Some(url) => {
+                // A decision waits on Redis round trips: more workers than cores keep the cores
+                // busy (the engine's own default for the Redis backend is 8 per core).
+                let cfg = config(
+                    cores * 8,
+                    None,
+                    &format!(
+                        "{}[state]\nbackend = \"redis\"\nredis_url = \"{url}\"\n",
+                        dl("redis")
+                    ),
+                );
+                let e = servers::engine(&bin, &tmp, "redis", &cfg);
+                rows.push(measure("engine, Redis state", e.addr, &a));
+            }
+            None => eprintln!("  (no redis-server: the Redis run is skipped)"),
+        }
+    }
+    if want("clickhouse") {
+        let started;
+        let url = match &a.clickhouse_url {
+            Some(u) => Some(u.clone()),
+            None => {
+                started = servers::clickhouse(&tmp);
+                started.as_ref().map(|c| format!("http://{}", c.addr))
+            }
+        };
+        match url {
+            Some(url) => {
+                let cfg = config(
+                    workers,
+                    None,
+                    &format!("{}clickhouse_url = \"{url}\"\n", dl("ch")),
+                );
+                let e = servers::engine(&bin, &tmp, "clickhouse", &cfg);
+                rows.push(measure("engine, local + ClickHouse log", e.addr, &a));
+            }
+            None => eprintln!("  (no clickhouse-server: the ClickHouse run is skipped)"),
+        }
+    }
+    let base_rps = rows
+        .iter()
+        .find(|r| r.name.starts_with("baseline"))
+        .map(|r| r.max.rps());
+    if !rows.is_empty() {
+        report["servers"] = json!(rows
+            .iter()
+            .map(|r| {
+                let mut j = r.json();
+                if let Some(b) = base_rps {
+                    j["vs_baseline"] = json!((r.max.rps() / b * 1000.0).round() / 1000.0);
+                }
+                j
+            })
+            .collect::<Vec<_>>());
+    }
+
+    let mut rule_rows = Vec::new();
+    if want("rules") {
+        eprintln!("rule count (local state):");
+        for n in [1usize, 20, 100, 500] {
+            let dir = rule_dir(&a.rules, &tmp, n).expect("write a rule directory");
+            let e = servers::engine(
+                &bin,
+                &tmp,
+                &format!("rules-{n}"),
+                &config(workers, Some(&dir), &dl(&format!("rules-{n}"))),
+            );
+            let r = measure(&format!("{n} rules"), e.addr, &a);
+            rule_rows.push((n, r));
+        }
+        let r20 = rule_rows
+            .iter()
+            .find(|(n, _)| *n == 20)
+            .map(|(_, r)| r.max.rps());
+        report["rules"] = json!(rule_rows
+            .iter()
+            .map(|(n, r)| {
+                let mut j = r.json();
+                j["rules"] = json!(n);
+                if let Some(b) = r20 {
+                    j["vs_20"] = json!((r.max.rps() / b * 1000.0).round() / 1000.0);
+                }
+                j
+            })
+            .collect::<Vec<_>>());
+    }
+    let mut worker_rows = Vec::new();
+    if want("workers") {
+        eprintln!("server workers (local state, default rules; baseline alongside):");
+        for w in 1..=cores.max(2) {
+            let b = servers::baseline(w);
+            let rb = measure(&format!("baseline, {w} worker(s)"), b.addr, &a);
+            drop(b);
+            let e = servers::engine(
+                &bin,
+                &tmp,
+                &format!("workers-{w}"),
+                &config(w, None, &dl(&format!("w{w}"))),
+            );
+            let re = measure(&format!("engine, {w} worker(s)"), e.addr, &a);
+            worker_rows.push((w, rb, re));
+        }
+        report["workers"] = json!(worker_rows.iter().map(|(w, b, e)| json!({
+            "workers": w, "baseline_rps": b.max.rps().round(), "engine_rps": e.max.rps().round(),
+            "vs_baseline": (e.max.rps() / b.max.rps() * 1000.0).round() / 1000.0,
+        })).collect::<Vec<_>>());
+    }
+    let mut mem_rows = Vec::new();
+    if want("memory") {
+        eprintln!("memory after start-up vs expected rate × window (bloom nonce filter):");
+        for window_ms in [5_000i64, 30_000, 120_000] {
+            for rps in [10_000u64, 100_000, 1_000_000] {
+                let cfg = format!(
+                    "[server]\nworkers = 1\n\n[[apps]]\nid = \"m\"\nsecret = \"x\"\nwindow_ms = {window_ms}\n\n[state]\nexpected_rps = {rps}\n\n{}",
+                    dl(&format!("m{rps}-{window_ms}"))
+                );
+                let e = servers::engine(&bin, &tmp, &format!("mem-{rps}-{window_ms}"), &cfg);
+                std::thread::sleep(Duration::from_millis(300));
+                let rss = e.rss_bytes().unwrap_or(0);
+                eprintln!(
+                    "  {rps:>9} req/s × ±{:>3} s: {:>7.1} MiB",
+                    window_ms / 1000,
+                    rss as f64 / 1048576.0
+                );
+                mem_rows.push((rps, window_ms, rss));
+            }
+        }
+        report["memory"] = json!(mem_rows
+            .iter()
+            .map(|(r, w, m)| json!({
+                "expected_rps": r, "window_ms": w, "rss_bytes": m
+            }))
+            .collect::<Vec<_>>());
+    }
+
+    let _ = std::fs::remove_dir_all(&tmp);
+    if let Err(e) = std::fs::create_dir_all(&a.out) {
+        eprintln!("rampart-load: {}: {e}", a.out.display());
+        return std::process::ExitCode::from(2);
+    }
+    let md = plot::write_all(&a.out, &rows, &rule_rows, &worker_rows, &mem_rows, base_rps);
+    let _ = std::fs::write(
+        a.out.join("results.json"),
+        serde_json::to_string_pretty(&report).unwrap_or_default(),
+    );
+    let _ = std::fs::write(a.out.join("results.md"), &md);
+    println!("{md}");
+    eprintln!(
+        "written: {}/results.json, results.md and *.svg",
+        a.out.display()
+    );
+    std::process::ExitCode::SUCCESS
+}

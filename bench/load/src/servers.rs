@@ -1,0 +1,214 @@
+//! The processes a load run measures: the hello-world baseline, `rampart serve`, and the Redis
+//! and ClickHouse servers the shared-state and decision-log runs need (loopback only, started
+//! here when no URL is given and the binaries are installed).
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A child process, killed when dropped.
+pub struct Proc {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    /// Resident memory of the process, from /proc.
+    pub fn rss_bytes(&self) -> Option<u64> {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let kb: u64 = s
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        Some(kb * 1024)
+    }
+}
+
+fn wait_http(addr: SocketAddr, path: &str, within: Duration) -> bool {
+    use std::io::{Read, Write};
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+            let _ = write!(
+                s,
+                "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+            );
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            if out.starts_with("HTTP/1.1 200") {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// The baseline: this binary's `baseline` subcommand, an actix-web server answering every
+/// `POST /v1/decide` with a fixed small JSON after reading the body.
+pub fn baseline(workers: usize) -> Proc {
+    let port = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let child = Command::new(std::env::current_exe().expect("own path"))
+        .args([
+            "baseline",
+            "--listen",
+            &addr.to_string(),
+            "--workers",
+            &workers.to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the baseline");
+    let p = Proc { child, addr };
+    assert!(
+        wait_http(addr, "/healthz", Duration::from_secs(10)),
+        "the baseline did not start"
+    );
+    p
+}
+
+/// Serves the baseline (in the child).
+pub fn serve_baseline(listen: &str, workers: usize) -> std::io::Result<()> {
+    use actix_web::{web, App, HttpResponse, HttpServer};
+    const ANSWER: &str = r#"{"action":"allow","code":"OK","status":200}"#;
+    actix_web::rt::System::new().block_on(async move {
+        HttpServer::new(|| {
+            App::new()
+                .route(
+                    "/v1/decide",
+                    web::post().to(|body: web::Bytes| async move {
+                        let _ = body.len();
+                        HttpResponse::Ok()
+                            .content_type("application/json")
+                            .body(ANSWER)
+                    }),
+                )
+                .route(
+                    "/healthz",
+                    web::get().to(|| async { HttpResponse::Ok().body("ok") }),
+                )
+        })
+        .workers(workers)
+        .bind(listen)?
+        .run()
+        .await
+    })
+}
+
+/// `rampart serve` with `config` (a TOML text without `[server] listen`, which is added).
+pub fn engine(bin: &Path, dir: &Path, name: &str, config: &str) -> Proc {
+    let port = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let path = dir.join(format!("{name}.toml"));
+    let text = if config.contains("[server]") {
+        config.replacen("[server]", &format!("[server]\nlisten = \"{addr}\""), 1)
+    } else {
+        format!("[server]\nlisten = \"{addr}\"\n{config}")
+    };
+    std::fs::write(&path, text).expect("write the engine config");
+    let child = Command::new(bin)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("RAMPART_LOG_LEVEL", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+    let p = Proc { child, addr };
+    assert!(
+        wait_http(addr, "/readyz", Duration::from_secs(30)),
+        "engine {name} did not become ready"
+    );
+    p
+}
+
+/// A throwaway Redis on loopback, persistence off.
+pub fn redis(dir: &Path) -> Option<Proc> {
+    let port = free_port();
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().ok()?;
+    let end = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        if Instant::now() > end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(Proc { child, addr })
+}
+
+/// A throwaway ClickHouse on loopback (run as the package's `clickhouse` user).
+pub fn clickhouse(dir: &Path) -> Option<Proc> {
+    let exists = Path::new("/usr/sbin/clickhouse-server").exists()
+        || Command::new("clickhouse-server")
+            .arg("--help")
+            .output()
+            .is_ok();
+    if !exists {
+        return None;
+    }
+    let d: PathBuf = dir.join("clickhouse");
+    std::fs::create_dir_all(&d).ok()?;
+    let _ = Command::new("chown")
+        .args(["-R", "clickhouse:clickhouse"])
+        .arg(&d)
+        .status();
+    let (http, tcp, inter) = (free_port(), free_port(), free_port());
+    let ds = d.display();
+    let child = Command::new("runuser")
+        .args(["-u", "clickhouse", "--", "clickhouse-server"])
+        .arg("--config-file=/etc/clickhouse-server/config.xml")
+        .arg("--")
+        .arg(format!("--http_port={http}"))
+        .arg(format!("--tcp_port={tcp}"))
+        .arg(format!("--interserver_http_port={inter}"))
+        .arg(format!("--path={ds}/"))
+        .arg(format!("--tmp_path={ds}/tmp/"))
+        .arg(format!("--user_files_path={ds}/user_files/"))
+        .arg(format!("--format_schema_path={ds}/format_schemas/"))
+        .arg(format!("--logger.log={ds}/server.log"))
+        .arg(format!("--logger.errorlog={ds}/server.err.log"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let addr: SocketAddr = format!("127.0.0.1:{http}").parse().ok()?;
+    let p = Proc { child, addr };
+    wait_http(addr, "/ping", Duration::from_secs(60)).then_some(p)
+}

@@ -1,0 +1,214 @@
+//! The pieces of a decision, and a whole decision without HTTP, on one core:
+//!
+//! - `hmac/verify`: checking a v1 signature (canonical string + HMAC-SHA256, constant-time compare);
+//! - `fingerprint`: canonical JSON of the params and the 128-bit submission fingerprint;
+//! - `gcra`: one rate-limit check in the in-process limiter (keys rotating over 10,000 users);
+//! - `decision/whole`: `Engine::decide` on a signed request with the default rule set, local
+//!   state and a fresh nonce per call (the anti-replay core, three tiers, the score);
+//! - `decision/traced`: the same with a trace of every step and rule (what the console's trace
+//!   costs; the live path never traces).
+//!
+//! Run: `cargo bench -p rampart-core --bench decision`.
+
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use rampart_core::bloom::SlicedBloomConfig;
+use rampart_core::canonical::{SignedFields, Signer};
+use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy};
+use rampart_core::fingerprint::{canonical_json, fingerprint, LocalFingerprintStore, Submission};
+use rampart_core::limits::{LimiterStore, LocalLimiter};
+use rampart_core::model::{DecideRequest, JudgedRequest};
+use rampart_core::nonce::BloomNonceStore;
+use rampart_core::rules::{LiveRules, RuleSet, RuleSettings, RuleState, Source};
+use rampart_core::sign::{sign, ToSign};
+use rampart_core::Engine;
+
+const SECRET: &[u8] = b"bench-secret-0123456789";
+
+fn rule_sources() -> Vec<Source> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<Source>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let p = e.path();
+            if p.is_dir() {
+                if p.file_name().is_some_and(|n| n == "samples") {
+                    continue;
+                }
+                walk(root, &p, out);
+            } else if p.extension().is_some_and(|x| x != "md") {
+                out.push(Source {
+                    path: p
+                        .strip_prefix(root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .replace('\\', "/"),
+                    text: std::fs::read_to_string(&p).unwrap_or_default(),
+                });
+            }
+        }
+    }
+    let root = Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../../rules");
+    let mut out = Vec::new();
+    walk(&root, &root, &mut out);
+    out
+}
+
+fn engine() -> Engine {
+    let state = RuleState::local(1 << 22);
+    let set = RuleSet::compile(&rule_sources(), RuleSettings::default(), &state)
+        .expect("default rules compile");
+    Engine::new(
+        EngineSettings {
+            apps: vec![AppPolicy::new("shop", SECRET, 5_000)],
+            routes: vec![],
+            default_dedup: DedupPolicy::default(),
+            on_store_error: rampart_core::StorePolicies::all(FailPolicy::Deny),
+            challenge_status: 403,
+        },
+        Arc::new(BloomNonceStore::new(
+            SlicedBloomConfig {
+                expected_rps: 1_000_000,
+                slice_ms: 1_000,
+                retention_ms: 12_000,
+                max_window_ms: 5_000,
+                target_fp: 1e-6,
+            },
+            8,
+        )),
+        Arc::new(LocalFingerprintStore::new(1 << 22)),
+        Arc::new(LiveRules::new(set)),
+    )
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A signed benign cart request with a fresh nonce, user and parameters.
+fn request(now: i64) -> DecideRequest {
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    let body = format!(
+        "{{\"sku\":{},\"qty\":1,\"cart\":\"c-{n}\"}}",
+        1000 + n % 5000
+    );
+    let nonce = format!("bench-nonce-{n:016x}");
+    let h = sign(
+        SECRET,
+        &ToSign {
+            app: "shop",
+            method: "POST",
+            path: "/api/cart/add",
+            query: "",
+            body: body.as_bytes(),
+            timestamp_ms: now,
+            nonce: &nonce,
+        },
+    );
+    let mut r = JudgedRequest {
+        method: "POST".into(),
+        path: "/api/cart/add".into(),
+        body: Some(body),
+        ..Default::default()
+    };
+    for (k, v) in [
+        ("x-timestamp", h.timestamp),
+        ("x-nonce", h.nonce),
+        ("x-signature", h.signature),
+        ("content-type", "application/json".into()),
+        (
+            "user-agent",
+            "Mozilla/5.0 (Linux; Android 14) AppleWebKit/537.36 Chrome/120.0 Mobile Safari/537.36"
+                .into(),
+        ),
+    ] {
+        r.headers.insert(k.into(), v);
+    }
+    let mut d = DecideRequest {
+        app: "shop".into(),
+        request: r,
+        user_id: Some(format!("u-{}", n % 100_000)),
+        params: Some(serde_json::json!({"sku": 1000 + n % 5000, "cart": format!("c-{n}")})),
+        ..Default::default()
+    };
+    d.client.ip = Some(format!(
+        "10.{}.{}.{}",
+        (n >> 16) % 256,
+        (n >> 8) % 256,
+        1 + n % 250
+    ));
+    d.client.country = Some("DE".into());
+    d.client.device_id = Some(format!("dev-{}", n % 100_000));
+    d
+}
+
+fn bench(c: &mut Criterion) {
+    let signer = Signer::new(SECRET);
+    let fields = SignedFields {
+        app: "shop",
+        method: "POST",
+        path: "/api/cart/add",
+        query: "b=2&a=1",
+        timestamp: "1796100000000",
+        nonce: "bench-nonce-0000000000000001",
+        body_sha256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    };
+    let sig = signer.sign(&fields);
+    c.bench_function("hmac/verify", |b| {
+        b.iter(|| black_box(signer.verify(black_box(&fields), black_box(&sig)).is_ok()))
+    });
+
+    let params = serde_json::json!({"cart": "c-77", "sku": 1042, "items": [{"id": 1, "qty": 2}, {"id": 9, "qty": 1}], "requestTime": 1796100000000u64});
+    let volatile = vec!["requestTime".to_string()];
+    c.bench_function("fingerprint", |b| {
+        b.iter(|| {
+            let p = canonical_json(black_box(&params), &volatile);
+            black_box(fingerprint(&Submission {
+                app: "shop",
+                user: "u:u-1001",
+                method: "POST",
+                path: "/api/cart/add",
+                canonical_query: "",
+                canonical_params: &p,
+            }))
+        })
+    });
+
+    let limiter = LocalLimiter::new(1 << 20);
+    let keys: Vec<String> = (0..10_000).map(|i| format!("rl:user:u-{i}")).collect();
+    let mut i = 0usize;
+    let mut now = 1_796_100_000_000i64;
+    c.bench_function("gcra", |b| {
+        b.iter(|| {
+            i = (i + 1) % keys.len();
+            now += 1;
+            black_box(limiter.gcra(&keys[i], now, 20.0, 40).unwrap().allowed)
+        })
+    });
+
+    let e = engine();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    // Requests are built outside the timed part (signing is the client's work).
+    c.bench_function("decision/whole", |b| {
+        b.iter_batched(
+            || request(now),
+            |r| black_box(e.decide(&r, now).unwrap().code),
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    c.bench_function("decision/traced", |b| {
+        b.iter_batched(
+            || request(now),
+            |r| black_box(e.decide_traced(&r, now).unwrap().0.code),
+            criterion::BatchSize::SmallInput,
+        )
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
