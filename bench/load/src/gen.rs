@@ -166,15 +166,25 @@ async fn connection(
         });
     let mut buf = Vec::with_capacity(4096);
     let mut seq = 0u64;
+    // When the previous answer arrived.
+    let mut free_at = Instant::now();
     loop {
-        if let Some(i) = interval {
-            tokio::time::sleep_until(next.into()).await;
-            next += i;
-        }
-        let sent = if interval.is_some() {
-            next - interval.unwrap_or_default()
-        } else {
-            Instant::now()
+        let sent = match interval {
+            None => Instant::now(),
+            Some(i) => {
+                let scheduled = next;
+                next += i;
+                tokio::time::sleep_until(scheduled.into()).await;
+                // A send the server delayed (the previous answer came after the scheduled time)
+                // counts from the schedule: no coordinated omission. A send the timer woke late
+                // for (its granularity is a millisecond) counts from when it went out: the
+                // generator's lateness is not the server's latency.
+                if free_at > scheduled {
+                    scheduled
+                } else {
+                    Instant::now()
+                }
+            }
         };
         if sent >= deadline {
             break;
@@ -193,7 +203,8 @@ async fn connection(
         }
         match read_answer(&mut s, &mut buf).await {
             Some((status, code)) => {
-                let lat = sent.elapsed().as_micros().min(u32::MAX as u128) as u32;
+                free_at = Instant::now();
+                let lat = (free_at - sent).as_micros().min(u32::MAX as u128) as u32;
                 m.lat_us.push(lat);
                 m.requests += 1;
                 if status != 200 {
