@@ -4,6 +4,7 @@
 #
 #   ./scripts/test.sh            everything
 #   FUZZ_SECONDS=60 ./scripts/test.sh   longer fuzzing (default 10 s per target; 0 skips it)
+#   SOAK_MINUTES=30 ./scripts/test.sh   longer soak with faults (default 2 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -102,6 +103,12 @@ step "load-test smoke (rampart-load against the baseline; figures are printed, n
 cargo build --release --locked -p rampart-load --quiet
 "${CARGO_TARGET_DIR:-target}/release/rampart-load" --engine "$RAMPART_BIN" --only baseline,local \
   --seconds 1 --connections 8 --out "$(mktemp -d)" 2>&1 | grep -E 'req/s' || { echo "rampart-load failed"; exit 1; }
+
+step "soak with faults (2 minutes: Redis state, ClickHouse log, rule set swaps, Redis and ClickHouse restarted)"
+# Fails the run when rows logged differ from decisions served, when a request fails other than by
+# a declared store policy, or when memory keeps growing; the report is printed either way.
+"${CARGO_TARGET_DIR:-target}/release/rampart-load" soak --engine "$RAMPART_BIN" --minutes "${SOAK_MINUTES:-2}" \
+  --swap-every 30 2>&1 || { echo "soak failed"; exit 1; }
 
 if [ "$FUZZ_SECONDS" != "0" ]; then
   step "fuzz smoke (${FUZZ_SECONDS}s per target)"

@@ -7,6 +7,7 @@
 mod gen;
 mod plot;
 mod servers;
+mod soak;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -34,6 +35,8 @@ enum Cmd {
         #[arg(long, default_value_t = 2)]
         workers: usize,
     },
+    /// Soak with faults: half load for a while, rule sets swapped, Redis and ClickHouse restarted.
+    Soak(soak::SoakArgs),
 }
 
 #[derive(clap::Args)]
@@ -182,14 +185,18 @@ fn rule_dir(src: &Path, dst: &Path, n: usize) -> std::io::Result<PathBuf> {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    if let Some(Cmd::Baseline { listen, workers }) = cli.cmd {
-        return match servers::serve_baseline(&listen, workers) {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("baseline: {e}");
-                std::process::ExitCode::from(2)
-            }
-        };
+    match cli.cmd {
+        Some(Cmd::Baseline { listen, workers }) => {
+            return match servers::serve_baseline(&listen, workers) {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("baseline: {e}");
+                    std::process::ExitCode::from(2)
+                }
+            };
+        }
+        Some(Cmd::Soak(s)) => return soak::run(s),
+        None => {}
     }
     let a = cli.run;
     if let Some(addr) = a.against {

@@ -18,6 +18,10 @@ pub fn free_port() -> u16 {
 pub struct Proc {
     pub child: Child,
     pub addr: SocketAddr,
+    /// Starts the process again on the same address and data (Redis, ClickHouse).
+    respawn: Option<Box<dyn Fn() -> Option<Child>>>,
+    /// The path answering 200 when it is up (`None`: a TCP connect suffices).
+    ready: Option<&'static str>,
 }
 
 impl Drop for Proc {
@@ -28,6 +32,36 @@ impl Drop for Proc {
 }
 
 impl Proc {
+    fn new(child: Child, addr: SocketAddr) -> Proc {
+        Proc {
+            child,
+            addr,
+            respawn: None,
+            ready: None,
+        }
+    }
+
+    /// Stops the process, waits a second, and starts it again on the same address and data.
+    pub fn restart(&mut self, _tmp: &Path) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::thread::sleep(Duration::from_secs(1));
+        if let Some(child) = self.respawn.as_ref().and_then(|f| f()) {
+            self.child = child;
+        }
+        let end = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < end {
+            let up = match self.ready {
+                Some(path) => wait_http(self.addr, path, Duration::from_millis(200)),
+                None => std::net::TcpStream::connect(self.addr).is_ok(),
+            };
+            if up {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Resident memory of the process, from /proc.
     pub fn rss_bytes(&self) -> Option<u64> {
         let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
@@ -79,7 +113,7 @@ pub fn baseline(workers: usize) -> Proc {
         .stderr(Stdio::null())
         .spawn()
         .expect("start the baseline");
-    let p = Proc { child, addr };
+    let p = Proc::new(child, addr);
     assert!(
         wait_http(addr, "/healthz", Duration::from_secs(10)),
         "the baseline did not start"
@@ -134,7 +168,7 @@ pub fn engine(bin: &Path, dir: &Path, name: &str, config: &str) -> Proc {
         .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-    let p = Proc { child, addr };
+    let p = Proc::new(child, addr);
     assert!(
         wait_http(addr, "/readyz", Duration::from_secs(30)),
         "engine {name} did not become ready"
@@ -145,23 +179,27 @@ pub fn engine(bin: &Path, dir: &Path, name: &str, config: &str) -> Proc {
 /// A throwaway Redis on loopback, persistence off.
 pub fn redis(dir: &Path) -> Option<Proc> {
     let port = free_port();
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .arg("--dir")
-        .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
+    let dir = dir.to_path_buf();
+    let spawn = move || {
+        Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()
+    };
+    let child = spawn()?;
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().ok()?;
     let end = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(addr).is_err() {
@@ -170,7 +208,12 @@ pub fn redis(dir: &Path) -> Option<Proc> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Some(Proc { child, addr })
+    Some(Proc {
+        child,
+        addr,
+        respawn: Some(Box::new(spawn)),
+        ready: None,
+    })
 }
 
 /// A throwaway ClickHouse on loopback (run as the package's `clickhouse` user).
@@ -190,25 +233,33 @@ pub fn clickhouse(dir: &Path) -> Option<Proc> {
         .arg(&d)
         .status();
     let (http, tcp, inter) = (free_port(), free_port(), free_port());
-    let ds = d.display();
-    let child = Command::new("runuser")
-        .args(["-u", "clickhouse", "--", "clickhouse-server"])
-        .arg("--config-file=/etc/clickhouse-server/config.xml")
-        .arg("--")
-        .arg(format!("--http_port={http}"))
-        .arg(format!("--tcp_port={tcp}"))
-        .arg(format!("--interserver_http_port={inter}"))
-        .arg(format!("--path={ds}/"))
-        .arg(format!("--tmp_path={ds}/tmp/"))
-        .arg(format!("--user_files_path={ds}/user_files/"))
-        .arg(format!("--format_schema_path={ds}/format_schemas/"))
-        .arg(format!("--logger.log={ds}/server.log"))
-        .arg(format!("--logger.errorlog={ds}/server.err.log"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
+    let spawn = move || {
+        let ds = d.display();
+        Command::new("runuser")
+            .args(["-u", "clickhouse", "--", "clickhouse-server"])
+            .arg("--config-file=/etc/clickhouse-server/config.xml")
+            .arg("--")
+            .arg(format!("--http_port={http}"))
+            .arg(format!("--tcp_port={tcp}"))
+            .arg(format!("--interserver_http_port={inter}"))
+            .arg(format!("--path={ds}/"))
+            .arg(format!("--tmp_path={ds}/tmp/"))
+            .arg(format!("--user_files_path={ds}/user_files/"))
+            .arg(format!("--format_schema_path={ds}/format_schemas/"))
+            .arg(format!("--logger.log={ds}/server.log"))
+            .arg(format!("--logger.errorlog={ds}/server.err.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()
+    };
+    let child = spawn()?;
     let addr: SocketAddr = format!("127.0.0.1:{http}").parse().ok()?;
-    let p = Proc { child, addr };
+    let p = Proc {
+        child,
+        addr,
+        respawn: Some(Box::new(spawn)),
+        ready: Some("/ping"),
+    };
     wait_http(addr, "/ping", Duration::from_secs(60)).then_some(p)
 }
