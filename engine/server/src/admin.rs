@@ -569,10 +569,7 @@ async fn ruleset_regress(
         let run = |doc: &crate::control::VersionDoc| {
             rampart_core::regress::Runner::new(doc.sources(), settings.clone())
                 .map(|r| r.run(&samples))
-                .map_err(|errs| {
-                    ApiError::new(422, "RULESET_INVALID", format!("{} problem(s)", errs.len()))
-                        .with_details(serde_json::to_value(&errs).unwrap_or_default())
-                })
+                .map_err(ruleset_invalid)
         };
         let (new, old) = (run(&cand)?, run(&base)?);
         Ok(crate::regress_cmd::report_json(&new, Some(&old)))
@@ -580,6 +577,12 @@ async fn ruleset_regress(
     .await
     .map_err(|e| ApiError::new(503, "BUSY", e.to_string()))??;
     Ok(HttpResponse::Ok().json(out))
+}
+
+/// `422 RULESET_INVALID` with the located errors of a stored version that does not compile.
+fn ruleset_invalid(errs: Vec<rampart_core::rules::RuleError>) -> ApiError {
+    ApiError::new(422, "RULESET_INVALID", format!("{} problem(s)", errs.len()))
+        .with_details(serde_json::to_value(&errs).unwrap_or_default())
 }
 
 #[derive(Deserialize, Default)]
@@ -649,12 +652,8 @@ async fn ruleset_backtest(
     let report = web::block(move || -> Result<serde_json::Value, ApiError> {
         // A fresh world: the candidate's counters and claims start empty, nothing live is touched.
         let state = rampart_core::rules::RuleState::local(max_keys);
-        let set = rampart_core::rules::RuleSet::compile(&doc.sources(), settings, &state).map_err(
-            |errs| {
-                ApiError::new(422, "RULESET_INVALID", format!("{} problem(s)", errs.len()))
-                    .with_details(serde_json::to_value(&errs).unwrap_or_default())
-            },
-        )?;
+        let set = rampart_core::rules::RuleSet::compile(&doc.sources(), settings, &state)
+            .map_err(ruleset_invalid)?;
         let recs: Vec<_> = rows
             .iter()
             .map(rampart_core::backtest::Recorded::from_row)
@@ -734,10 +733,6 @@ async fn ruleset_trace(
     let v = resolve(&rt, &path)?;
     let doc = rt.control.doc(&v)?;
     let settings = rt.config.raw.rules.settings();
-    let invalid = |errs: Vec<rampart_core::rules::RuleError>| {
-        ApiError::new(422, "RULESET_INVALID", format!("{} problem(s)", errs.len()))
-            .with_details(serde_json::to_value(&errs).unwrap_or_default())
-    };
     let out = match (t.sample, t.decision) {
         (Some(name), None) => {
             let sample = crate::regress_cmd::server_samples(&rt.config)
@@ -748,8 +743,8 @@ async fn ruleset_trace(
                     ApiError::new(404, "NOT_FOUND", format!("no sample named {name:?}"))
                 })?;
             web::block(move || -> Result<serde_json::Value, ApiError> {
-                let runner =
-                    rampart_core::regress::Runner::new(doc.sources(), settings).map_err(invalid)?;
+                let runner = rampart_core::regress::Runner::new(doc.sources(), settings)
+                    .map_err(ruleset_invalid)?;
                 let (result, trace) = runner.trace_one(&sample);
                 Ok(serde_json::json!({
                     "version": doc.meta.version, "kind": "sample", "sample": sample,
@@ -773,7 +768,7 @@ async fn ruleset_trace(
                 // As a backtest: the rule tiers in a fresh world, at the recorded time.
                 let state = rampart_core::rules::RuleState::local(max_keys);
                 let set = rampart_core::rules::RuleSet::compile(&doc.sources(), settings, &state)
-                    .map_err(invalid)?;
+                    .map_err(ruleset_invalid)?;
                 let rreq = rampart_core::rules::Req::from_request(&request, rec.time_ms);
                 let (verdict, trace) = set.judge_traced(&rreq);
                 let verdict = verdict.unwrap_or_else(rampart_core::Verdict::allow);
