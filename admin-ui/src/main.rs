@@ -99,7 +99,7 @@ fn current_hash() -> String {
 }
 
 /// The query part of the fragment (`#/decisions?code=X` → `code=X`).
-pub fn hash_query() -> String {
+fn hash_query() -> String {
     current_hash()
         .split_once('?')
         .map(|(_, q)| q.to_string())

@@ -42,7 +42,7 @@ impl Proc {
     }
 
     /// Stops the process, waits a second, and starts it again on the same address and data.
-    pub fn restart(&mut self, _tmp: &Path) {
+    pub fn restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
         std::thread::sleep(Duration::from_secs(1));

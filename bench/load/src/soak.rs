@@ -149,12 +149,12 @@ pub fn run(a: SoakArgs) -> std::process::ExitCode {
         if !redis_done && t >= total / 3 {
             redis_done = true;
             eprintln!("soak: restarting Redis at {:.0} s", t.as_secs_f64());
-            redis.restart(&tmp);
+            redis.restart();
         }
         if !ch_done && t >= total * 2 / 3 {
             ch_done = true;
             eprintln!("soak: restarting ClickHouse at {:.0} s", t.as_secs_f64());
-            ch.restart(&tmp);
+            ch.restart();
         }
     }
     let m = load.join().expect("the load thread");

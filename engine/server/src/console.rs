@@ -28,33 +28,54 @@ fn dev_dir() -> Option<&'static std::path::Path> {
     .as_deref()
 }
 
-/// The Content-Security-Policy of every console answer.
-pub fn csp() -> String {
-    let hashes = match dev_dir() {
-        Some(d) => crate::console_files::inline_script_hashes(
-            &std::fs::read_to_string(d.join("index.html")).unwrap_or_default(),
-        ),
-        None => assets::CONSOLE_SCRIPT_HASHES.to_string(),
-    };
+fn policy(hashes: &str) -> String {
     format!(
-        "default-src 'self'; script-src 'self' 'wasm-unsafe-eval' {}; style-src 'self'; \
+        "default-src 'self'; script-src 'self' 'wasm-unsafe-eval' {hashes}; style-src 'self'; \
          img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; \
-         form-action 'self'; frame-ancestors 'none'",
-        hashes
+         form-action 'self'; frame-ancestors 'none'"
     )
 }
 
+/// The Content-Security-Policy of every console answer: built once for the embedded files, per
+/// answer for a development directory (whose index.html may be rebuilt meanwhile).
+pub fn csp() -> String {
+    static EMBEDDED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    match dev_dir() {
+        Some(d) => policy(&crate::console_files::inline_script_hashes(
+            &std::fs::read_to_string(d.join("index.html")).unwrap_or_default(),
+        )),
+        None => EMBEDDED
+            .get_or_init(|| policy(assets::CONSOLE_SCRIPT_HASHES))
+            .clone(),
+    }
+}
+
+/// The security headers of every console answer.
+fn security_headers() -> [(header::HeaderName, String); 7] {
+    [
+        (header::CONTENT_SECURITY_POLICY, csp()),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff".into()),
+        (header::X_FRAME_OPTIONS, "DENY".into()),
+        (header::REFERRER_POLICY, "no-referrer".into()),
+        (
+            header::HeaderName::from_static("cross-origin-opener-policy"),
+            "same-origin".into(),
+        ),
+        (
+            header::HeaderName::from_static("cross-origin-resource-policy"),
+            "same-origin".into(),
+        ),
+        (
+            header::HeaderName::from_static("permissions-policy"),
+            "camera=(), microphone=(), geolocation=(), payment=()".into(),
+        ),
+    ]
+}
+
 fn secured(mut b: actix_web::HttpResponseBuilder) -> actix_web::HttpResponseBuilder {
-    b.insert_header((header::CONTENT_SECURITY_POLICY, csp()))
-        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
-        .insert_header((header::X_FRAME_OPTIONS, "DENY"))
-        .insert_header((header::REFERRER_POLICY, "no-referrer"))
-        .insert_header(("cross-origin-opener-policy", "same-origin"))
-        .insert_header(("cross-origin-resource-policy", "same-origin"))
-        .insert_header((
-            "permissions-policy",
-            "camera=(), microphone=(), geolocation=(), payment=()",
-        ));
+    for h in security_headers() {
+        b.insert_header(h);
+    }
     b
 }
 
@@ -110,8 +131,10 @@ fn file(name: &str) -> HttpResponse {
                 "NOT_FOUND",
                 format!("no console file {name:?}"),
             ));
-            for (k, v) in secured(HttpResponse::NotFound()).finish().headers() {
-                r.headers_mut().insert(k.clone(), v.clone());
+            for (k, v) in security_headers() {
+                if let Ok(v) = header::HeaderValue::try_from(v) {
+                    r.headers_mut().insert(k, v);
+                }
             }
             r
         }
