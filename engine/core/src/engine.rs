@@ -69,13 +69,18 @@ impl Default for DedupPolicy {
     }
 }
 
-/// A route with its own dedup policy. `path` matches exactly, or as a prefix when it ends in `*`.
+/// A route with its own dedup policy and, optionally, a narrower time window. `path` matches
+/// exactly, or as a prefix when it ends in `*`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RoutePolicy {
     /// `None` = every app.
     pub app: Option<String>,
     pub path: String,
     pub dedup: DedupPolicy,
+    /// The time window on this route: `|now − ts| ≤ min(window_ms, the app's window_ms)`. It can
+    /// only narrow the app's window, so the nonce retention sized for the app still covers it.
+    /// `None` = the app's window.
+    pub window_ms: Option<i64>,
 }
 
 impl RoutePolicy {
@@ -310,12 +315,9 @@ impl Engine {
         }
     }
 
-    fn dedup_policy(&self, app: &str, path: &str) -> &DedupPolicy {
-        self.routes
-            .iter()
-            .find(|r| r.matches(app, path))
-            .map(|r| &r.dedup)
-            .unwrap_or(&self.default_dedup)
+    /// The first `[[routes]]` entry matching (app, path), if any.
+    fn route(&self, app: &str, path: &str) -> Option<&RoutePolicy> {
+        self.routes.iter().find(|r| r.matches(app, path))
     }
 
     fn store_failure(
@@ -573,9 +575,15 @@ impl Engine {
                 return v;
             }
         };
+        // The route (signed, so an attacker cannot pick it) may narrow the app's window.
+        let route = self.route(&app.id, &r.path);
+        let window_ms = match route.and_then(|r| r.window_ms) {
+            Some(w) => w.min(app.window_ms),
+            None => app.window_ms,
+        };
         let skew = ts.saturating_sub(now_ms);
-        if skew.unsigned_abs() > app.window_ms.unsigned_abs() {
-            return skew_verdict(now_ms, skew, app.window_ms);
+        if skew.unsigned_abs() > window_ms.unsigned_abs() {
+            return skew_verdict(now_ms, skew, window_ms);
         }
 
         // 4. Nonce de-duplication: the first write to shared state.
@@ -642,7 +650,7 @@ impl Engine {
 
         // 5. Duplicate-submission fingerprint.
         session.step("fingerprint");
-        let dedup = self.dedup_policy(&app.id, &r.path);
+        let dedup = route.map(|r| &r.dedup).unwrap_or(&self.default_dedup);
         // Users and devices live in separate namespaces: user "x" is not device "x".
         let user = match (req.user_id.as_deref(), req.client.device_id.as_deref()) {
             (Some(u), _) if !u.is_empty() => Some(format!("u:{u}")),

@@ -6,7 +6,7 @@ use std::sync::{Arc, Barrier};
 
 use proptest::prelude::*;
 use rampart_core::bloom::SlicedBloomConfig;
-use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy};
+use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy, RoutePolicy};
 use rampart_core::fingerprint::LocalFingerprintStore;
 use rampart_core::model::{Action, Code, DecideRequest, JudgedRequest};
 use rampart_core::nonce::{BloomNonceStore, ExactNonceStore, NonceStore};
@@ -45,27 +45,40 @@ fn engine(mode: Mode) -> Engine {
 }
 
 fn engine_with(nonces: Arc<dyn NonceStore>, on_store_error: FailPolicy) -> Engine {
+    engine_full(nonces, 1_000_000, vec![], on_store_error)
+}
+
+fn engine_full(
+    nonces: Arc<dyn NonceStore>,
+    max_fingerprints: usize,
+    routes: Vec<RoutePolicy>,
+    on_store_error: FailPolicy,
+) -> Engine {
     Engine::new(
         EngineSettings {
             apps: vec![AppPolicy::new("shop", SECRET, W)],
-            routes: vec![],
+            routes,
             default_dedup: DedupPolicy::default(),
             on_store_error: rampart_core::StorePolicies::all(on_store_error),
             challenge_status: 401,
         },
         nonces,
-        Arc::new(LocalFingerprintStore::new(1_000_000)),
+        Arc::new(LocalFingerprintStore::new(max_fingerprints)),
         Arc::new(LiveRules::empty()),
     )
 }
 
 fn request(nonce: &str, ts: i64, body: &str) -> DecideRequest {
+    request_to("POST", "/api/order/pay", nonce, ts, body)
+}
+
+fn request_to(method: &str, path: &str, nonce: &str, ts: i64, body: &str) -> DecideRequest {
     let h = sign(
         SECRET,
         &ToSign {
             app: "shop",
-            method: "POST",
-            path: "/api/order/pay",
+            method,
+            path,
             query: "b=2&a=1",
             body: body.as_bytes(),
             timestamp_ms: ts,
@@ -73,8 +86,8 @@ fn request(nonce: &str, ts: i64, body: &str) -> DecideRequest {
         },
     );
     let mut r = JudgedRequest {
-        method: "POST".into(),
-        path: "/api/order/pay".into(),
+        method: method.into(),
+        path: path.into(),
         query: "b=2&a=1".into(),
         body: Some(body.into()),
         ..Default::default()
@@ -261,6 +274,315 @@ fn a_full_exact_store_answers_by_the_declared_policy_and_never_forgets_a_nonce()
             assert_eq!(code(&e, r, now), Code::ReplayDuplicate, "{policy:?}");
         }
     }
+}
+
+/// A user's submission to `path`: a fresh nonce and timestamp each time (as a client retry makes),
+/// the same business parameters.
+fn submission(
+    method: &str,
+    path: &str,
+    nonce: &str,
+    now: i64,
+    params: serde_json::Value,
+) -> DecideRequest {
+    let mut r = request_to(method, path, nonce, now, &params.to_string());
+    r.user_id = Some("u-42".into());
+    r
+}
+
+fn route(path: &str, window_ms: Option<i64>, dedup: DedupPolicy) -> RoutePolicy {
+    RoutePolicy {
+        app: None,
+        path: path.into(),
+        dedup,
+        window_ms,
+    }
+}
+
+#[test]
+fn a_route_window_narrows_the_apps_window_and_never_widens_it() {
+    let narrow = 50;
+    let routes = vec![
+        route("/api/order/pay", Some(narrow), DedupPolicy::default()),
+        // Wider than the app's W: the app's window still applies.
+        route("/api/wide", Some(10 * W), DedupPolicy::default()),
+    ];
+    for mode in [Mode::Bloom, Mode::Exact] {
+        let e = engine_full(
+            nonce_store(mode),
+            1_000_000,
+            routes.clone(),
+            FailPolicy::Deny,
+        );
+        let now = 7_000_000;
+        for (i, ts) in [now - narrow, now + narrow].into_iter().enumerate() {
+            let r = request_to(
+                "GET",
+                "/api/order/pay",
+                &format!("narrow-in-{i:08}"),
+                ts,
+                "",
+            );
+            assert_eq!(code(&e, &r, now), Code::Ok, "{mode:?} ts={ts}");
+        }
+        for (i, ts) in [now - narrow - 1, now + narrow + 1].into_iter().enumerate() {
+            let r = request_to(
+                "GET",
+                "/api/order/pay",
+                &format!("narrow-out-{i:08}"),
+                ts,
+                "",
+            );
+            let v = e.decide(&r, now).unwrap();
+            assert_eq!((v.code, v.status), (Code::TimestampSkew, 401), "{mode:?}");
+            assert_eq!(v.server_time_ms, Some(now));
+            assert!(
+                v.reasons[0].message.contains(&format!("±{narrow} ms")),
+                "{:?}",
+                v.reasons
+            );
+            // Refused by the window, so the nonce was not consumed: in the window it passes.
+            let r = request_to(
+                "GET",
+                "/api/order/pay",
+                &format!("narrow-out-{i:08}"),
+                now,
+                "",
+            );
+            assert_eq!(code(&e, &r, now), Code::Ok);
+        }
+        // Other routes keep the app's window.
+        let r = request_to("GET", "/api/other", "other-route-0001", now - W, "");
+        assert_eq!(code(&e, &r, now), Code::Ok);
+        let r = request_to("GET", "/api/wide", "wide-route-00001", now - W, "");
+        assert_eq!(code(&e, &r, now), Code::Ok);
+        let r = request_to("GET", "/api/wide", "wide-route-00002", now - W - 1, "");
+        assert_eq!(
+            code(&e, &r, now),
+            Code::TimestampSkew,
+            "a route cannot widen"
+        );
+    }
+}
+
+#[test]
+fn a_full_fingerprint_store_answers_by_the_declared_policy_and_never_forgets() {
+    let now = 8_000_000;
+    for policy in [FailPolicy::Deny, FailPolicy::Allow] {
+        let e = engine_full(nonce_store(Mode::Exact), 50, vec![], policy);
+        let mut n = 0;
+        let mut nonce = || {
+            n += 1;
+            format!("fp-full-{policy:?}-{n:08}")
+        };
+        let mut recorded = Vec::new();
+        let refused = (0..500)
+            .find_map(|i| {
+                let p = json!({ "order": i });
+                let v = e
+                    .decide(
+                        &submission("POST", "/api/order/pay", &nonce(), now, p.clone()),
+                        now,
+                    )
+                    .unwrap();
+                if v.code == Code::Ok && !v.degraded {
+                    recorded.push(p);
+                    None
+                } else {
+                    Some(v)
+                }
+            })
+            .expect("a 50-entry fingerprint store fills up");
+        assert_eq!(recorded.len(), 50);
+        match policy {
+            FailPolicy::Deny => assert_eq!(
+                (refused.code, refused.status, refused.step),
+                (
+                    Code::StoreUnavailable,
+                    503,
+                    rampart_core::model::Step::Fingerprint
+                )
+            ),
+            FailPolicy::Allow => assert!(refused.code == Code::Ok && refused.degraded),
+        }
+        // Full or not, what was recorded is still a duplicate (never an allow).
+        for p in &recorded {
+            let r = submission("POST", "/api/order/pay", &nonce(), now + 10, p.clone());
+            assert_eq!(
+                code(&e, &r, now + 10),
+                Code::DuplicateSubmission,
+                "{policy:?}"
+            );
+        }
+        // After the window, housekeeping makes room and new submissions are recorded again.
+        let later = now + 1_001;
+        e.maintain(later);
+        let r = submission(
+            "POST",
+            "/api/order/pay",
+            &nonce(),
+            later,
+            json!({ "order": "new" }),
+        );
+        let v = e.decide(&r, later).unwrap();
+        assert!(v.code == Code::Ok && !v.degraded, "{v:?}");
+    }
+}
+
+#[test]
+fn retries_with_one_idempotency_key_are_one_submission() {
+    let e = engine(Mode::Exact);
+    let now = 9_000_000;
+    let op = |key: &str, t: i64| json!({ "idempotency_key": key, "amount": 5, "requestTime": t });
+    // A client (or a gateway) retries with a new nonce and timestamp: the nonce step cannot see it.
+    let first = submission(
+        "POST",
+        "/api/order/pay",
+        "retry-nonce-00001",
+        now,
+        op("ord-1", now),
+    );
+    assert_eq!(code(&e, &first, now), Code::Ok);
+    for (i, t) in [now + 100, now + 400, now + 999].into_iter().enumerate() {
+        let retry = submission(
+            "POST",
+            "/api/order/pay",
+            &format!("retry-nonce-1{i:04}"),
+            t,
+            op("ord-1", t),
+        );
+        let v = e.decide(&retry, t).unwrap();
+        assert_eq!(
+            (v.code, v.status),
+            (Code::DuplicateSubmission, 409),
+            "retry {i}"
+        );
+    }
+    // The very same request again is a replay, reported as such.
+    assert_eq!(code(&e, &first, now + 5), Code::ReplayDuplicate);
+    // A new operation has a new key and passes at once.
+    let other = submission(
+        "POST",
+        "/api/order/pay",
+        "retry-nonce-20000",
+        now + 500,
+        op("ord-2", now + 500),
+    );
+    assert_eq!(code(&e, &other, now + 500), Code::Ok);
+    // Past the dedup window the same key is a new submission (the app decides beyond that).
+    let t = now + 1_001;
+    let late = submission(
+        "POST",
+        "/api/order/pay",
+        "retry-nonce-30000",
+        t,
+        op("ord-1", t),
+    );
+    assert_eq!(code(&e, &late, t), Code::Ok);
+}
+
+#[test]
+fn route_overrides_apply_to_their_route_only() {
+    let payments = DedupPolicy {
+        window_ms: 5_000,
+        methods: vec!["POST".into()],
+        volatile_fields: vec!["client_clock".into()],
+    };
+    let off = DedupPolicy {
+        window_ms: 0,
+        ..DedupPolicy::default()
+    };
+    let routes = vec![
+        route("/api/order/*", None, payments),
+        route("/api/search", None, off),
+    ];
+    let e = engine_full(
+        nonce_store(Mode::Exact),
+        1_000_000,
+        routes,
+        FailPolicy::Deny,
+    );
+    let now = 10_000_000;
+    let mut n = 0;
+    let mut go = |method: &str, path: &str, t: i64, p: serde_json::Value| {
+        n += 1;
+        code(
+            &e,
+            &submission(method, path, &format!("route-ovr-{n:08}"), t, p),
+            t,
+        )
+    };
+    // The prefix route's window (5 s) replaces the default 1 s.
+    assert_eq!(go("POST", "/api/order/pay", now, json!({"o": 1})), Code::Ok);
+    assert_eq!(
+        go("POST", "/api/order/pay", now + 3_000, json!({"o": 1})),
+        Code::DuplicateSubmission
+    );
+    assert_eq!(
+        go("POST", "/api/order/pay", now + 5_001, json!({"o": 1})),
+        Code::Ok
+    );
+    // Elsewhere the default 1 s applies.
+    assert_eq!(go("POST", "/api/cart/add", now, json!({"o": 1})), Code::Ok);
+    assert_eq!(
+        go("POST", "/api/cart/add", now + 1_001, json!({"o": 1})),
+        Code::Ok
+    );
+    // Its volatile_fields replace the defaults: client_clock is ignored, ts no longer is.
+    let t = now + 20_000;
+    assert_eq!(
+        go(
+            "POST",
+            "/api/order/refund",
+            t,
+            json!({"o": 2, "client_clock": 1})
+        ),
+        Code::Ok
+    );
+    assert_eq!(
+        go(
+            "POST",
+            "/api/order/refund",
+            t + 1,
+            json!({"o": 2, "client_clock": 2})
+        ),
+        Code::DuplicateSubmission
+    );
+    assert_eq!(
+        go(
+            "POST",
+            "/api/order/refund",
+            t + 2,
+            json!({"o": 2, "client_clock": 3, "ts": 1})
+        ),
+        Code::Ok
+    );
+    assert_eq!(
+        go(
+            "POST",
+            "/api/order/refund",
+            t + 3,
+            json!({"o": 2, "client_clock": 4, "ts": 2})
+        ),
+        Code::Ok
+    );
+    // Its methods replace the defaults: PUT is not fingerprinted there, and is elsewhere.
+    assert_eq!(go("PUT", "/api/order/edit", t, json!({"o": 3})), Code::Ok);
+    assert_eq!(
+        go("PUT", "/api/order/edit", t + 1, json!({"o": 3})),
+        Code::Ok
+    );
+    assert_eq!(go("PUT", "/api/profile", t, json!({"o": 3})), Code::Ok);
+    assert_eq!(
+        go("PUT", "/api/profile", t + 1, json!({"o": 3})),
+        Code::DuplicateSubmission
+    );
+    // A window of 0 turns the step off on its route.
+    assert_eq!(go("POST", "/api/search", t, json!({"q": "x"})), Code::Ok);
+    assert_eq!(
+        go("POST", "/api/search", t + 1, json!({"q": "x"})),
+        Code::Ok
+    );
 }
 
 #[test]

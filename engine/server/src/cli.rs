@@ -140,6 +140,9 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
         }
     };
     init_logging(&v);
+    for w in v.warnings() {
+        tracing::warn!("{w}");
+    }
     let listener = match std::net::TcpListener::bind(v.listen) {
         Ok(l) => l,
         Err(e) => {
@@ -283,6 +286,20 @@ fn check(config: Option<PathBuf>) -> ExitCode {
     println!("listen: {}", v.listen);
     for (id, _, w) in &v.apps {
         println!("app {id}: window ±{w} ms");
+    }
+    for r in v.raw.routes.iter().filter(|r| r.window_ms.is_some()) {
+        println!(
+            "route {}{}: window ±{} ms (narrower of this and the app's)",
+            r.app
+                .as_deref()
+                .map(|a| format!("{a} "))
+                .unwrap_or_default(),
+            r.path,
+            r.window_ms.unwrap_or_default()
+        );
+    }
+    for w in v.warnings() {
+        println!("warning: {w}");
     }
     println!("{}", sizing_report(&v));
     let mut state = rampart_core::rules::RuleState::local(v.raw.rules.max_limiter_keys);

@@ -539,6 +539,9 @@ pub struct RouteConfig {
     #[serde(default)]
     pub app: Option<String>,
     pub path: String,
+    /// Narrows the app's time window on this route.
+    #[serde(default)]
+    pub window_ms: Option<i64>,
     #[serde(default)]
     pub dedup_window_ms: Option<i64>,
     #[serde(default)]
@@ -988,9 +991,23 @@ impl Config {
             if r.dedup_window_ms.is_some_and(|w| w < 0) {
                 errs.push(format!("routes[{i}]: dedup_window_ms must be ≥ 0"));
             }
+            if let Some(w) = r.window_ms {
+                if w < 1 {
+                    errs.push(format!("routes[{i}]: window_ms must be ≥ 1"));
+                }
+            }
             if let Some(app) = &r.app {
-                if !self.apps.iter().any(|a| &a.id == app) {
-                    errs.push(format!("routes[{i}]: unknown app {app:?}"));
+                match self.apps.iter().find(|a| &a.id == app) {
+                    None => errs.push(format!("routes[{i}]: unknown app {app:?}")),
+                    Some(a) => {
+                        if let Some(w) = r.window_ms.filter(|w| *w > a.window_ms) {
+                            errs.push(format!(
+                                "routes[{i}]: window_ms = {w} is wider than app {app:?}'s \
+                                 window_ms = {}; a route can only narrow its app's window",
+                                a.window_ms
+                            ));
+                        }
+                    }
                 }
             }
         }
@@ -1106,7 +1123,28 @@ impl Config {
     }
 }
 
+/// A window wider than this draws a warning from `rampart check` and `rampart serve`.
+pub const WIDE_WINDOW_MS: i64 = 60_000;
+
 impl Validated {
+    /// What is allowed but probably a mistake: apps whose time window is wider than
+    /// [`WIDE_WINDOW_MS`] (a captured request can be replayed that long wherever dedup is weak, and
+    /// nonce retention grows with it), with the fix.
+    pub fn warnings(&self) -> Vec<String> {
+        self.apps
+            .iter()
+            .filter(|(_, _, w)| *w > WIDE_WINDOW_MS)
+            .map(|(id, _, w)| {
+                format!(
+                    "app {id:?}: window_ms = {w} is wider than {} s; a captured request stays \
+                     valid that long. Narrow the app's window, or give its sensitive routes a \
+                     narrower one with [[routes]] window_ms",
+                    WIDE_WINDOW_MS / 1000
+                )
+            })
+            .collect()
+    }
+
     /// The running configuration as the console's settings page shows it: every value that shapes
     /// decisions, and no secret (app secrets, password hashes, token hashes, ClickHouse password
     /// and credentials inside URLs are left out or cut).
@@ -1135,7 +1173,7 @@ impl Validated {
             "fingerprint": {"window_ms": c.fingerprint.window_ms, "methods": c.fingerprint.methods,
                             "volatile_fields": c.fingerprint.volatile_fields},
             "routes": c.routes.iter().map(|r| json!({
-                "app": r.app, "path": r.path, "dedup_window_ms": r.dedup_window_ms,
+                "app": r.app, "path": r.path, "window_ms": r.window_ms, "dedup_window_ms": r.dedup_window_ms,
                 "methods": r.methods, "volatile_fields": r.volatile_fields,
             })).collect::<Vec<_>>(),
             "state": {
@@ -1211,6 +1249,7 @@ impl Validated {
                 .map(|r| RoutePolicy {
                     app: r.app.clone(),
                     path: r.path.clone(),
+                    window_ms: r.window_ms,
                     dedup: DedupPolicy {
                         window_ms: r.dedup_window_ms.unwrap_or(default_dedup.window_ms),
                         methods: r
@@ -1445,6 +1484,41 @@ mod tests {
         ] {
             assert!(msg.contains(needle), "{needle} missing in {msg}");
         }
+    }
+
+    #[test]
+    fn route_windows_only_narrow_and_wide_windows_are_warned_about() {
+        let base = "[[apps]]\nid='a'\nsecret='x'\nwindow_ms=5000\n\
+                    [[apps]]\nid='b'\nsecret='y'\nwindow_ms=120000\n";
+        let wider = format!("{base}[[routes]]\napp='a'\npath='/pay'\nwindow_ms=6000\n");
+        let msg = load(&wider, &[])
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("routes[0]: window_ms = 6000 is wider than app \"a\""),
+            "{msg}"
+        );
+        let zero = format!("{base}[[routes]]\npath='/pay'\nwindow_ms=0\n");
+        let msg = load(&zero, &[])
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("routes[0]: window_ms must be ≥ 1"), "{msg}");
+
+        let ok = format!("{base}[[routes]]\napp='b'\npath='/pay/*'\nwindow_ms=2000\n");
+        let v = load(&ok, &[]).unwrap().validate().unwrap();
+        assert_eq!(v.engine_settings().routes[0].window_ms, Some(2000));
+        // Only app b's two-minute window is called out, with the fix.
+        let w = v.warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("app \"b\"") && w[0].contains("[[routes]] window_ms"),
+            "{w:?}"
+        );
+        assert!(Config::embedded().validate().unwrap().warnings().is_empty());
     }
 
     #[test]
