@@ -71,6 +71,7 @@ fn row(i: u64, t0: i64) -> ChRow {
             i % 977,
             i % 50_000
         ),
+        device_id: format!("d{}", i % 50_000),
     }
 }
 

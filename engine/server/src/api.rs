@@ -175,7 +175,7 @@ fn judge(rt: &Runtime, req: &DecideRequest, started: Instant) -> Result<Decision
     let version = std::mem::take(&mut verdict.ruleset_version);
     let elapsed = started.elapsed();
     let latency_us = elapsed.as_micros() as u64;
-    rt.metrics.record(&verdict, elapsed.as_secs_f64());
+    rt.metrics.record(&req.app, &verdict, elapsed.as_secs_f64());
     let decision_id = rt.ids.next(now);
     let c = &req.client;
     rt.log.submit(DecisionRecord {

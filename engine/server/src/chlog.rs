@@ -50,6 +50,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0003_decisions_request",
         include_str!("../../../dashboards/clickhouse/migrations/0003_decisions_request.sql"),
     ),
+    (
+        "0004_decisions_device_id",
+        include_str!("../../../dashboards/clickhouse/migrations/0004_decisions_device_id.sql"),
+    ),
 ];
 
 pub const TABLE: &str = "rampart_decisions";
@@ -112,6 +116,9 @@ pub struct ChRow {
     /// column existed still replay.
     #[serde(default)]
     pub request: String,
+    /// The client's device id, or empty (migration 0004; defaulted for older spool segments).
+    #[serde(default)]
+    pub device_id: String,
 }
 
 /// Longest stored value of most string fields, in bytes.
@@ -200,6 +207,7 @@ impl ChRow {
             instance: clean(&r.instance, MAX_FIELD),
             // Already bounded by `record_request_max_bytes`; JSON escapes control characters.
             request: r.request.clone().unwrap_or_default(),
+            device_id: opt(&r.device_id, MAX_FIELD),
         }
     }
 }
@@ -629,5 +637,17 @@ impl ChSink {
         self.flush();
         self.retry_at = Instant::now();
         self.drain();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn migrations_have_no_bind_markers() {
+        // The client binds `?` as a query argument: one in a migration (even in a comment) makes
+        // it fail with "unbound query argument" and the log spools instead of inserting.
+        for (name, sql) in super::MIGRATIONS {
+            assert!(!sql.contains('?'), "{name} contains '?'");
+        }
     }
 }

@@ -26,6 +26,8 @@ pub struct Metrics {
     latency: Histogram,
     degraded: Counter,
     api_errors: Family<Labels, Counter>,
+    /// `TIMESTAMP_SKEW` by app and direction: mass rejections from client clocks show which app.
+    timestamp_skew: Family<Vec<(&'static str, String)>, Counter>,
     pub log_written: Counter,
     pub log_dropped: Counter,
     pub log_queue_depth: Gauge,
@@ -95,6 +97,14 @@ impl Metrics {
                 }
             }
         }
+
+        let timestamp_skew = Family::<Vec<(&'static str, String)>, Counter>::default();
+        registry.register(
+            "timestamp_skew",
+            "Requests refused with TIMESTAMP_SKEW, by app and by whether the client's clock was \
+             ahead of or behind the server's (or the timestamp was unreadable)",
+            timestamp_skew.clone(),
+        );
 
         let rejections_family = Family::<Labels, Counter>::default();
         registry.register(
@@ -334,6 +344,7 @@ impl Metrics {
             latency,
             degraded,
             api_errors,
+            timestamp_skew,
             log_written,
             log_dropped,
             log_queue_depth,
@@ -374,7 +385,22 @@ impl Metrics {
             .set(1);
     }
 
-    pub fn record(&self, v: &Verdict, latency_s: f64) {
+    /// Counts one decision for `app` (an app the engine knows whenever the code is
+    /// `TIMESTAMP_SKEW`: the window step comes after the signature).
+    pub fn record(&self, app: &str, v: &Verdict, latency_s: f64) {
+        if v.code == Code::TimestampSkew {
+            let direction = match v.reasons.first().and_then(|r| r.skew_ms) {
+                Some(s) if s > 0 => "ahead",
+                Some(_) => "behind",
+                None => "unreadable",
+            };
+            self.timestamp_skew
+                .get_or_create(&vec![
+                    ("app", app.to_string()),
+                    ("direction", direction.into()),
+                ])
+                .inc();
+        }
         match &self.decisions[idx(v.step, v.action, v.code)] {
             Some(c) => {
                 c.inc();

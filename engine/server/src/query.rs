@@ -26,6 +26,10 @@ pub struct Filter {
     pub rule: Option<String>,
     pub action: Option<String>,
     pub code: Option<String>,
+    /// The client's device type (`ios`, `android`, `web`, … as callers send it).
+    pub device_type: Option<String>,
+    /// The client's device id.
+    pub device_id: Option<String>,
     /// Page size, 1–1000 (default 100).
     pub limit: Option<usize>,
     /// `next` of the previous page.
@@ -126,7 +130,7 @@ fn check(f: &Filter, now_ms: i64) -> Result<Checked, QueryError> {
     })
 }
 
-fn string_filters(f: &Filter) -> [(&'static str, Option<&String>); 8] {
+fn string_filters(f: &Filter) -> [(&'static str, Option<&String>); 10] {
     [
         ("app", f.app.as_ref()),
         ("route", f.route.as_ref()),
@@ -136,6 +140,8 @@ fn string_filters(f: &Filter) -> [(&'static str, Option<&String>); 8] {
         ("rule", f.rule.as_ref()),
         ("action", f.action.as_ref()),
         ("code", f.code.as_ref()),
+        ("device_type", f.device_type.as_ref()),
+        ("device_id", f.device_id.as_ref()),
     ]
 }
 
@@ -270,8 +276,8 @@ pub async fn decisions_ch(s: &ChSettings, f: &Filter, now_ms: i64) -> Result<Val
 pub async fn stats_ch(s: &ChSettings, f: &Filter, now_ms: i64) -> Result<Value, QueryError> {
     let c = check(f, now_ms)?;
     let db = &s.database;
-    // The rollup has no user or ip: filters on them read the base table.
-    let base = f.user.is_some() || f.ip.is_some();
+    // The rollup has no user, ip or device id: filters on them read the base table.
+    let base = f.user.is_some() || f.ip.is_some() || f.device_id.is_some();
     let (table, n, time) = if base {
         (format!("{db}.{TABLE}"), "count()", "time")
     } else {
@@ -419,6 +425,7 @@ fn local_decision(r: &Value) -> Value {
         "country": s("country"),
         "isp": s("isp"),
         "device_type": s("device_type"),
+        "device_id": s("device_id"),
         "ua_family": crate::chlog::ua_family(&s("user_agent")),
         "user_agent": s("user_agent"),
         "ja3": s("ja3"),

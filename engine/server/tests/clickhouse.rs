@@ -19,6 +19,7 @@ fn start_engine(ch: &ClickHouseServer, dir: &Path, name: &str, db: &str) -> Engi
         "clickhouse_url = \"{}\"\nclickhouse_database = \"{db}\"\nspool_dir = \"{}\"\n\
          batch_ms = 100\nretry_ms = 300\ninsert_timeout_ms = 2000\n\
          [[apps]]\nid = \"shop\"\nsecret = \"{SECRET}\"\nwindow_ms = 60000\n\
+         [[apps]]\nid = \"kiosk\"\nsecret = \"{SECRET}\"\nwindow_ms = 60000\n\
          [rules]\ndefaults = false\n",
         ch.url(),
         dir.join("spool").display()
@@ -323,6 +324,92 @@ fn check_queries(engine: &Engine, served: usize) {
     }
 }
 
+/// Clients of one app and device type whose clocks are 2 minutes slow (window ±60 s): 30 Android
+/// devices of `shop`, 20 iOS devices of `shop`, 10 web clients of `kiosk`. Returns how many.
+fn skewed_traffic(engine: &Engine) -> usize {
+    let mut n = 0;
+    for (app, device_type, count) in [
+        ("shop", "android", 30),
+        ("shop", "ios", 20),
+        ("kiosk", "web", 10),
+    ] {
+        for i in 0..count {
+            let mut call = Call {
+                app,
+                secret: SECRET.as_bytes(),
+                path: "/api/x",
+                body: String::new(),
+                user: "u",
+                ip: "198.51.100.7",
+                device: if i == 0 { "dev-first" } else { "dev-other" },
+                nonce: format!("skew-{app}-{device_type}-{}-{i:06}", std::process::id()),
+                ts_ms: now_ms() - 120_000,
+                params: Value::Null,
+            }
+            .json();
+            call["client"]["device_type"] = device_type.into();
+            let (st, v) = engine.decide(&call);
+            assert_eq!(st, 200, "{v}");
+            assert_eq!(
+                (v["code"].as_str(), v["status"].as_u64()),
+                (Some("TIMESTAMP_SKEW"), Some(401)),
+                "{v}"
+            );
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Threat 8: mass rejection from clock skew is diagnosable by app and device, in the metrics, the
+/// explorer and the stats (after `skewed_traffic`, once its rows are in the log).
+fn check_skew_diagnosis(engine: &Engine) {
+    let skew = |filter: &str| all_pages(engine, &format!("&code=TIMESTAMP_SKEW{filter}"));
+    assert_eq!(skew("").len(), 60);
+    let shop = skew("&app=shop");
+    assert_eq!(shop.len(), 50);
+    assert!(shop.iter().all(|r| r["app"] == "shop"
+        && r["reasons"][0]["skew_ms"]
+            .as_i64()
+            .is_some_and(|s| s < -60_000)));
+    assert_eq!(skew("&app=shop&device_type=android").len(), 30);
+    assert_eq!(skew("&device_type=web").len(), 10);
+    let first = skew("&device_id=dev-first");
+    assert_eq!(first.len(), 3, "one device per population");
+    assert!(
+        first.iter().all(|r| r["device_id"] == "dev-first"),
+        "{first:?}"
+    );
+    let (st, v) =
+        engine.admin_get("/admin/v1/stats?from=0&code=TIMESTAMP_SKEW&app=shop&by=device_type");
+    assert_eq!(st, 200, "{v}");
+    let by: std::collections::HashMap<&str, u64> = v["breakdown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["key"].as_str().unwrap(), b["n"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(by, [("android", 30), ("ios", 20)].into(), "{v}");
+    let (st, v) =
+        engine.admin_get("/admin/v1/stats?from=0&code=TIMESTAMP_SKEW&device_id=dev-first&by=app");
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["breakdown"].as_array().map(Vec::len), Some(2), "{v}");
+    assert_eq!(
+        metric(
+            engine,
+            "rampart_timestamp_skew_total{app=\"shop\",direction=\"behind\"}"
+        ),
+        50.0
+    );
+    assert_eq!(
+        metric(
+            engine,
+            "rampart_timestamp_skew_total{app=\"kiosk\",direction=\"behind\"}"
+        ),
+        10.0
+    );
+}
+
 #[test]
 fn the_explorer_and_stats_read_clickhouse() {
     let ch = ClickHouseServer::start();
@@ -332,6 +419,9 @@ fn the_explorer_and_stats_read_clickhouse() {
     serve(&engine, 2_500, "q");
     wait_for_rows(&ch, "query", 2_500);
     check_queries(&engine, 2_500);
+    let skewed = skewed_traffic(&engine);
+    wait_for_rows(&ch, "query", 2_500 + skewed as u64);
+    check_skew_diagnosis(&engine);
     // The engine migrated at start; `rampart migrate` finds nothing left to do.
     let out = std::process::Command::new(support::bin())
         .args([
@@ -357,6 +447,7 @@ fn the_explorer_and_stats_read_the_local_log() {
         "local",
         &format!(
             "max_file_bytes = 262144\n[[apps]]\nid = \"shop\"\nsecret = \"{SECRET}\"\nwindow_ms = 60000\n\
+             [[apps]]\nid = \"kiosk\"\nsecret = \"{SECRET}\"\nwindow_ms = 60000\n\
              [rules]\ndefaults = false\n"
         ),
     );
@@ -368,6 +459,15 @@ fn the_explorer_and_stats_read_the_local_log() {
         std::thread::sleep(Duration::from_millis(100));
     }
     check_queries(&engine, 2_500);
+    let skewed = skewed_traffic(&engine);
+    while all_pages(&engine, "").len() < 2_500 + skewed {
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(20),
+            "local log incomplete"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    check_skew_diagnosis(&engine);
 }
 
 fn crate_migrations() -> u64 {
