@@ -425,6 +425,9 @@ pub struct StateConfig {
     /// Keep in-process nonce and fingerprint stores up to date, and use them while Redis fails
     /// (where the store's policy is `allow`).
     pub local_fallback: bool,
+    /// With `backend = "local"` and a ClickHouse decision log: how often to look in the log for
+    /// other instances serving the same apps (per-instance state by mistake). 0 = never.
+    pub peer_check_ms: u64,
     pub nonce_on_error: Option<OnStoreError>,
     pub fingerprint_on_error: Option<OnStoreError>,
     pub limits_on_error: Option<OnStoreError>,
@@ -456,6 +459,7 @@ impl Default for StateConfig {
             quota_segments: 0,
             clock_margin_ms: 1_000,
             local_fallback: false,
+            peer_check_ms: 30_000,
             nonce_on_error: None,
             fingerprint_on_error: None,
             limits_on_error: None,
@@ -918,6 +922,9 @@ impl Config {
                     .into(),
             );
         }
+        if st.peer_check_ms != 0 && st.peer_check_ms < 100 {
+            errs.push("state.peer_check_ms must be 0 (off) or ≥ 100".into());
+        }
         if st.local_fallback {
             if st.backend != Backend::Redis {
                 errs.push("state.local_fallback only applies to state.backend = \"redis\"".into());
@@ -1184,6 +1191,7 @@ impl Validated {
                     "prefix": c.state.redis_prefix,
                     "timeout_ms": c.state.redis_timeout_ms,
                     "local_fallback": c.state.local_fallback,
+                    "peer_check_ms": c.state.peer_check_ms,
                 })),
                 "nonce_retention_ms": self.retention_ms,
                 "expected_rps": c.state.expected_rps,

@@ -69,11 +69,48 @@ pub struct DecisionLog {
     writer: Mutex<Option<JoinHandle<()>>>,
     submitted: AtomicU64,
     metrics: Arc<Metrics>,
+    /// Held while the log is open: a second engine on the same directory is refused at start
+    /// (it would interleave files and, with local state, hide that two instances dedup apart).
+    _lock: std::fs::File,
+}
+
+/// The name of the lock file in the log directory.
+pub const LOCK_FILE: &str = ".lock";
+
+/// Takes the directory's lock, or says who holds it.
+fn lock_dir(dir: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join(LOCK_FILE);
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)?;
+    match f.try_lock() {
+        Ok(()) => {
+            f.set_len(0)?;
+            f.rewind()?;
+            write!(f, "{}", std::process::id())?;
+            Ok(f)
+        }
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut pid = String::new();
+            let _ = f.read_to_string(&mut pid);
+            Err(std::io::Error::other(format!(
+                "already in use by another rampart process (pid {}); give each instance its own \
+                 [decision_log] dir",
+                pid.trim()
+            )))
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
 }
 
 impl DecisionLog {
     pub fn start(cfg: &DecisionLogConfig, metrics: Arc<Metrics>) -> std::io::Result<Self> {
         std::fs::create_dir_all(&cfg.dir)?;
+        let lock = lock_dir(&cfg.dir)?;
         let ch = match &cfg.clickhouse_url {
             None => None,
             Some(_) => {
@@ -120,6 +157,7 @@ impl DecisionLog {
             writer: Mutex::new(Some(writer)),
             submitted: AtomicU64::new(0),
             metrics,
+            _lock: lock,
         })
     }
 

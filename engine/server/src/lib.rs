@@ -16,6 +16,7 @@ pub mod httpc;
 pub mod logging;
 pub mod metrics;
 pub mod openapi;
+pub mod peers;
 pub mod query;
 pub mod redis_state;
 pub mod regress_cmd;

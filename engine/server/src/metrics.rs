@@ -60,6 +60,8 @@ pub struct Metrics {
     pub redis: crate::redis_state::RedisCounters,
     /// 1 while the Redis client answers (connected, not cooling down after failures).
     pub redis_up: Gauge,
+    /// Other instances seen serving this instance's apps while it keeps its state locally.
+    pub local_state_peers: Gauge,
 }
 
 fn idx(step: Step, action: Action, code: Code) -> usize {
@@ -179,6 +181,15 @@ impl Metrics {
             "redis_up",
             "1 while Redis answers (connected and not cooling down), else 0; absent meaning with local state",
             redis_up.clone(),
+        );
+
+        let local_state_peers = Gauge::default();
+        registry.register(
+            "local_state_peers",
+            "Other instances that logged decisions for this instance's apps in the last 2 minutes \
+             while this one keeps anti-replay state in process ([state] backend = local): replays \
+             across them pass. 0 = none seen or not checked",
+            local_state_peers.clone(),
         );
 
         let log_written = Counter::default();
@@ -371,6 +382,7 @@ impl Metrics {
             ruleset_info,
             redis,
             redis_up,
+            local_state_peers,
         }
     }
 

@@ -163,14 +163,16 @@ fn next_cursor(rows: &[Value], limit: usize) -> Value {
 // ---------------------------------------------------------------------------------------------
 // ClickHouse
 
-/// A ClickHouse string literal.
-fn lit(s: &str) -> String {
+/// A ClickHouse string literal, for a query sent through the client's `query` (which binds `?`).
+pub(crate) fn lit(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('\'');
     for c in s.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
             '\'' => out.push_str("\\'"),
+            // The client reads a lone `?` as a bind marker; `??` is a literal `?`.
+            '?' => out.push_str("??"),
             c => out.push(c),
         }
     }
@@ -194,7 +196,7 @@ fn ch_where(f: &Filter, c: &Checked) -> String {
     w
 }
 
-async fn ch_rows(s: &ChSettings, sql: String) -> Result<Vec<Value>, QueryError> {
+pub(crate) async fn ch_rows(s: &ChSettings, sql: String) -> Result<Vec<Value>, QueryError> {
     let client = crate::chlog::client(s);
     let run = async {
         let mut cursor = client

@@ -338,8 +338,15 @@ impl Runtime {
         sig
     }
 
-    /// Starts the maintenance thread and marks the engine ready.
+    /// True once the engine is shutting down.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Starts the maintenance thread (and the peer check, where it applies) and marks the engine
+    /// ready.
     pub fn start_background(self: &Arc<Self>) {
+        crate::peers::spawn(self);
         let rt = self.clone();
         let tick = Duration::from_millis((self.config.filter.slice_ms / 4).clamp(5, 250) as u64);
         let rules = &self.config.raw.rules;

@@ -15,7 +15,11 @@ const SECRET: &str = "clickhouse-test-secret";
 
 /// The engine's decision-log keys (appended to the `[decision_log]` table the harness writes).
 fn start_engine(ch: &ClickHouseServer, dir: &Path, name: &str, db: &str) -> Engine {
-    let cfg = format!(
+    Engine::start(dir, name, &engine_config(ch, dir, db))
+}
+
+fn engine_config(ch: &ClickHouseServer, dir: &Path, db: &str) -> String {
+    format!(
         "clickhouse_url = \"{}\"\nclickhouse_database = \"{db}\"\nspool_dir = \"{}\"\n\
          batch_ms = 100\nretry_ms = 300\ninsert_timeout_ms = 2000\n\
          [[apps]]\nid = \"shop\"\nsecret = \"{SECRET}\"\nwindow_ms = 60000\n\
@@ -23,8 +27,7 @@ fn start_engine(ch: &ClickHouseServer, dir: &Path, name: &str, db: &str) -> Engi
          [rules]\ndefaults = false\n",
         ch.url(),
         dir.join("spool").display()
-    );
-    Engine::start(dir, name, &cfg)
+    )
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -297,6 +300,11 @@ fn check_queries(engine: &Engine, served: usize) {
     assert_eq!(bt["unrecorded"], 0);
     assert_eq!(all_pages(engine, "&action=deny").len(), 0);
     assert_eq!(all_pages(engine, "&app=other").len(), 0);
+    // A `?` in a value is a literal, not a query argument of the ClickHouse client.
+    assert_eq!(
+        all_pages(engine, "&user=who%3F&route=%2Fa%3Fb%3D%3F").len(),
+        0
+    );
     let (st, v) = engine.admin_get("/admin/v1/stats?from=0&by=code");
     assert_eq!(st, 200, "{v}");
     let total: u64 = v["series"]
@@ -468,6 +476,58 @@ fn the_explorer_and_stats_read_the_local_log() {
         std::thread::sleep(Duration::from_millis(100));
     }
     check_skew_diagnosis(&engine);
+}
+
+/// Threat 3 by mistake: two replicas left on `[state] backend = "local"`. A request replayed on
+/// the other replica passes (that is the danger); each finds the other in the shared decision log
+/// and says so, in a gauge and a warning. A second engine on the same log directory is refused.
+#[test]
+fn replicas_on_local_state_find_each_other_in_the_shared_log() {
+    let ch = ClickHouseServer::start();
+    let dir = temp_dir("ch-peers");
+    ch.query("CREATE DATABASE IF NOT EXISTS peers").unwrap();
+    let cfg = format!(
+        "{}[state]\nbackend = \"local\"\npeer_check_ms = 300\n",
+        engine_config(&ch, &dir, "peers")
+    )
+    .replace("spool\"", "spool-NAME\"");
+    let a = Engine::start(&dir, "peer-a", &cfg.replace("NAME", "a"));
+    let b = Engine::start(&dir, "peer-b", &cfg.replace("NAME", "b"));
+    let peers = |e: &Engine| metric(e, "rampart_local_state_peers");
+    assert_eq!((peers(&a), peers(&b)), (0.0, 0.0));
+
+    let r = request("peer");
+    assert_eq!(a.decide(&r).1["code"], "OK");
+    assert_eq!(a.decide(&r).1["code"], "REPLAY_DUPLICATE");
+    assert_eq!(
+        b.decide(&r).1["code"],
+        "OK",
+        "per-instance state: the other replica lets the replay through"
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while peers(&a) != 1.0 || peers(&b) != 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "peers not found: a {} b {}",
+            peers(&a),
+            peers(&b)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let said = std::fs::read_to_string(dir.join("peer-a.stderr")).unwrap();
+    assert!(
+        said.contains("other instances serve the same apps") && said.contains("peer-b"),
+        "{said}"
+    );
+
+    // One log directory, one engine.
+    let (code, err) = Engine::refused(&dir, "peer-a", &cfg.replace("NAME", "a2"));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("already in use by another rampart process"),
+        "{err}"
+    );
 }
 
 fn crate_migrations() -> u64 {
