@@ -138,6 +138,10 @@ enum Cmd {
         /// The environment variable holding the admin API token.
         #[arg(long, default_value = "RAMPART_TOKEN")]
         token_env: String,
+        /// PEM file of the CA (or self-signed certificate) to trust for an `https://` engine,
+        /// instead of the public roots.
+        #[arg(long)]
+        ca_file: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -155,6 +159,9 @@ enum Cmd {
         out: PathBuf,
         #[arg(long, default_value = "RAMPART_TOKEN")]
         token_env: String,
+        /// PEM file of the CA to trust for an `https://` engine (see `promote`).
+        #[arg(long)]
+        ca_file: Option<PathBuf>,
     },
 }
 
@@ -210,15 +217,24 @@ pub fn run() -> ExitCode {
             engine,
             stage,
             token_env,
+            ca_file,
             json,
-        } => promote(&bundle, &engine, &stage, &token_env, json),
+        } => promote(
+            &bundle,
+            &engine,
+            &stage,
+            &token_env,
+            ca_file.as_deref(),
+            json,
+        ),
         Cmd::Record {
             engine,
             hours,
             max,
             out,
             token_env,
-        } => record(&engine, hours, max, &out, &token_env),
+            ca_file,
+        } => record(&engine, hours, max, &out, &token_env, ca_file.as_deref()),
     };
     match r {
         Ok(text) => {
@@ -988,16 +1004,35 @@ struct Api {
 }
 
 impl Api {
-    fn new(engine: &str, token_env: &str) -> Result<Api, String> {
+    fn new(engine: &str, token_env: &str, ca_file: Option<&Path>) -> Result<Api, String> {
         let token = std::env::var(token_env).map_err(|_| {
             format!("environment variable {token_env} (the admin API token) is not set")
         })?;
+        let mut tls = ureq::tls::TlsConfig::builder();
+        if let Some(path) = ca_file {
+            let pem =
+                std::fs::read(path).map_err(|e| format!("--ca-file {}: {e}", path.display()))?;
+            let certs: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(&pem)
+                .filter_map(|item| match item {
+                    Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                    _ => None,
+                })
+                .collect();
+            if certs.is_empty() {
+                return Err(format!(
+                    "--ca-file {}: no PEM certificate in it",
+                    path.display()
+                ));
+            }
+            tls = tls.root_certs(ureq::tls::RootCerts::new_with_certs(&certs));
+        }
         Ok(Api {
             base: engine.trim_end_matches('/').to_string(),
             token,
             agent: ureq::Agent::config_builder()
                 .http_status_as_error(false)
                 .timeout_global(Some(Duration::from_secs(120)))
+                .tls_config(tls.build())
                 .build()
                 .into(),
         })
@@ -1044,7 +1079,14 @@ fn refused(what: &str, status: u16, v: &Value) -> Fail {
     ))
 }
 
-fn promote(path: &Path, engine: &str, stage: &str, token_env: &str, json: bool) -> Out {
+fn promote(
+    path: &Path,
+    engine: &str,
+    stage: &str,
+    token_env: &str,
+    ca_file: Option<&Path>,
+    json: bool,
+) -> Out {
     let (stage_name, percent) = match stage.split_once(':') {
         None if stage == "shadow" || stage == "stable" => (stage, None),
         Some(("canary", p)) => match p.parse::<f64>() {
@@ -1062,7 +1104,7 @@ fn promote(path: &Path, engine: &str, stage: &str, token_env: &str, json: bool) 
         }
     };
     let (_, bytes) = read_bundle(path, json)?;
-    let api = Api::new(engine, token_env)?;
+    let api = Api::new(engine, token_env, ca_file)?;
     let (status, up) = api.call(
         "POST",
         "/admin/v1/rulesets",
@@ -1117,11 +1159,18 @@ fn promote(path: &Path, engine: &str, stage: &str, token_env: &str, json: bool) 
     })
 }
 
-fn record(engine: &str, hours: f64, max: usize, out: &Path, token_env: &str) -> Out {
+fn record(
+    engine: &str,
+    hours: f64,
+    max: usize,
+    out: &Path,
+    token_env: &str,
+    ca_file: Option<&Path>,
+) -> Out {
     if !(hours > 0.0 && hours <= 24.0 * 31.0) {
         return Err(Fail::Run("--hours must be in (0, 744]".into()));
     }
-    let api = Api::new(engine, token_env)?;
+    let api = Api::new(engine, token_env, ca_file)?;
     let to = now_ms() + 1;
     let from = to - (hours * 3_600_000.0) as i64;
     let mut cursor: Option<String> = None;

@@ -132,6 +132,10 @@ fn hex_lower(b: &[u8]) -> String {
 /// An engine that trusts `pubkey` and refuses unsigned uploads; tokens for the pipeline (author),
 /// alice (author) and bob (approver).
 fn engine(dir: &Path, name: &str, pubkey: &str) -> Engine {
+    engine_with_env(dir, name, pubkey, &[])
+}
+
+fn engine_with_env(dir: &Path, name: &str, pubkey: &str, env: &[(&str, &str)]) -> Engine {
     let tokens = [
         ("ci", "author", CI_TOKEN),
         ("alice", "author", ALICE_TOKEN),
@@ -145,7 +149,7 @@ fn engine(dir: &Path, name: &str, pubkey: &str) -> Engine {
         )
     })
     .collect::<String>();
-    Engine::start(
+    Engine::start_with_env(
         dir,
         name,
         &format!(
@@ -153,7 +157,26 @@ fn engine(dir: &Path, name: &str, pubkey: &str) -> Engine {
              [admin]\npoll_ms = 100\nallow_unsigned_uploads = false\n\
              [[admin.bundle_keys]]\nname = \"ci\"\npublic_key = \"{pubkey}\"\n{tokens}"
         ),
+        env,
     )
+}
+
+/// `engine` over HTTPS, with a fresh self-signed certificate for `localhost` (returned as a PEM
+/// file beside the engine's files).
+fn tls_engine(dir: &Path, name: &str, pubkey: &str) -> (Engine, PathBuf) {
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let (cert, key) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    std::fs::write(&cert, c.cert.pem()).unwrap();
+    std::fs::write(&key, c.signing_key.serialize_pem()).unwrap();
+    let (c, k) = (cert.display().to_string(), key.display().to_string());
+    let env = [
+        ("RAMPART_SERVER_TLS_CERT_FILE", c.as_str()),
+        ("RAMPART_SERVER_TLS_KEY_FILE", k.as_str()),
+    ];
+    (engine_with_env(dir, name, pubkey, &env), cert)
 }
 
 fn call(e: &Engine, method: &str, path: &str, token: &str, body: Option<&str>) -> (u16, Value) {
@@ -655,4 +678,51 @@ fn validate_bundle_promote_canary_approve_stable_against_a_real_engine() {
             .unwrap(),
         replayed
     );
+}
+
+#[test]
+fn promote_reaches_an_https_engine_that_its_ca_file_vouches_for() {
+    let repo = rules_repo("pipeline-tls");
+    let dir = repo.parent().unwrap().to_path_buf();
+    let pubkey = keygen(&repo, "ci");
+    let (e, cert) = tls_engine(&dir, "tls", &pubkey);
+    std::fs::write(
+        repo.join("rules/edge/tls-test.rhai"),
+        "//! name: tls-test\n//! priority: 13\n//! owner: secops\n\
+         //! description: A change to promote.\nif req.path == \"/never\" {\n    deny(\"x\")\n}\n",
+    )
+    .unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "A change to promote"]);
+    let (code, out, err) = rr(
+        &repo,
+        &["bundle", "--key", "../ci.key", "--out", "../bundle.json"],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    // The public roots do not vouch for a self-signed certificate: refused, and said why.
+    let (code, out, err) = promote(&repo, &e, "shadow", &[], Some(CI_TOKEN));
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.to_lowercase().contains("certificate"), "{err}");
+    let (code, _, err) = promote(
+        &repo,
+        &e,
+        "shadow",
+        &["--ca-file", "../nope.pem"],
+        Some(CI_TOKEN),
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("--ca-file"), "{err}");
+    // With the engine's certificate as the CA, the signed bundle goes to shadow over HTTPS.
+    let ca = cert.display().to_string();
+    let (code, out, err) = promote(
+        &repo,
+        &e,
+        "shadow",
+        &["--ca-file", &ca, "--json"],
+        Some(CI_TOKEN),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["rollout"]["candidate"]["stage"], "shadow", "{v}");
 }

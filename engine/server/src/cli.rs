@@ -169,11 +169,13 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
     };
     rt.start_background();
     let addr = rt.config.listen;
-    tracing::info!(%addr, workers, "rampart listening on http://{addr}");
+    let tls = rt.config.tls.clone();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(%addr, workers, "rampart listening on {scheme}://{addr}");
     let server_rt = rt.clone();
     let srv = rt.config.raw.server.clone();
     let result = actix_web::rt::System::new().block_on(async move {
-        actix_web::HttpServer::new(move || {
+        let server = actix_web::HttpServer::new(move || {
             actix_web::App::new()
                 .wrap(actix_web::middleware::from_fn(crate::api::header_limit))
                 .wrap(actix_web::middleware::from_fn(crate::reqid::middleware))
@@ -193,10 +195,12 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
         } else {
             actix_web::http::KeepAlive::Timeout(std::time::Duration::from_millis(srv.keep_alive_ms))
         })
-        .shutdown_timeout(5)
-        .listen(listener)?
-        .run()
-        .await
+        .shutdown_timeout(5);
+        let server = match tls {
+            Some(tls) => server.listen_rustls_0_23(listener, (*tls).clone())?,
+            None => server.listen(listener)?,
+        };
+        server.run().await
     });
     rt.shutdown();
     match result {
@@ -283,7 +287,14 @@ fn check(config: Option<PathBuf>) -> ExitCode {
         }
     };
     println!("configuration OK: {name}");
-    println!("listen: {}", v.listen);
+    match &v.raw.server.tls_cert_file {
+        Some(cert) => println!(
+            "listen: https://{} (certificate {})",
+            v.listen,
+            cert.display()
+        ),
+        None => println!("listen: http://{}", v.listen),
+    }
     for (id, _, w) in &v.apps {
         println!("app {id}: window ±{w} ms");
     }

@@ -315,6 +315,10 @@ pub struct ServerConfig {
     pub challenge_status: u16,
     /// Name of this instance in the decision log; empty = host name.
     pub instance: String,
+    /// PEM certificate chain; with `tls_key_file`, the server speaks HTTPS only.
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of the certificate.
+    pub tls_key_file: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -333,6 +337,8 @@ impl Default for ServerConfig {
             keep_alive_ms: 5_000,
             challenge_status: 401,
             instance: String::new(),
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -721,6 +727,8 @@ pub struct Validated {
     pub apps: Vec<(String, Vec<u8>, i64)>,
     pub filter: SlicedBloomConfig,
     pub retention_ms: i64,
+    /// The TLS settings when `[server] tls_cert_file` and `tls_key_file` are set.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 impl Config {
@@ -1104,6 +1112,24 @@ impl Config {
         }
         self.admin.check(&mut errs);
 
+        let tls = match (&self.server.tls_cert_file, &self.server.tls_key_file) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => match crate::tls::server_config(cert, key) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    errs.push(e);
+                    None
+                }
+            },
+            _ => {
+                errs.push(
+                    "server.tls_cert_file and server.tls_key_file go together: set both for \
+                     HTTPS, or neither"
+                        .into(),
+                );
+                None
+            }
+        };
         if !errs.is_empty() {
             return Err(ConfigError::Invalid(errs));
         }
@@ -1113,6 +1139,7 @@ impl Config {
             apps,
             filter,
             retention_ms: retention,
+            tls,
         })
     }
 }
@@ -1223,6 +1250,8 @@ impl Validated {
                 "client_request_timeout_ms": c.server.client_request_timeout_ms,
                 "challenge_status": c.server.challenge_status,
                 "instance": c.server.instance,
+                "tls": self.tls.is_some(),
+                "tls_cert_file": c.server.tls_cert_file,
             },
             "admin": {
                 "users": c.admin.users.iter().map(|u| json!({"name": u.name, "role": u.role})).collect::<Vec<_>>(),

@@ -22,5 +22,6 @@ pub mod redis_state;
 pub mod regress_cmd;
 pub mod reqid;
 pub mod runtime;
+pub mod tls;
 
 pub use runtime::Runtime;

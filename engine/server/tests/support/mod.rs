@@ -408,15 +408,30 @@ impl Engine {
             .stderr(stderr)
             .spawn()
             .unwrap();
+        // With TLS (`RAMPART_SERVER_TLS_CERT_FILE` in `env`) the base is `https://localhost:…` and readiness
+        // is read from the log line the engine writes once it serves; the caller brings a client
+        // that trusts the certificate.
+        let tls = env
+            .iter()
+            .any(|(k, _)| *k == "RAMPART_SERVER_TLS_CERT_FILE");
         let e = Engine {
             child,
-            base: format!("http://127.0.0.1:{port}"),
+            base: if tls {
+                format!("https://localhost:{port}")
+            } else {
+                format!("http://127.0.0.1:{port}")
+            },
             control,
         };
         let a = agent();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(r) = a.get(&format!("{}/readyz", e.base)).call() {
+            if tls {
+                let said = std::fs::read_to_string(dir.join(format!("{name}.stderr")));
+                if said.is_ok_and(|s| s.contains("rampart listening on https://")) {
+                    return e;
+                }
+            } else if let Ok(r) = a.get(&format!("{}/readyz", e.base)).call() {
                 if r.status() == 200 {
                     return e;
                 }
