@@ -600,6 +600,60 @@ fn authz_call(nonce: &str, uri: &str, content_sha: Option<&str>) -> test::TestRe
     r
 }
 
+/// A forward-auth call for a request with a body: proxies do not forward bodies, so the client
+/// declares its hash in `X-Content-SHA256` (signed), and the user comes in `X-User-Id`.
+fn authz_with_body(nonce: &str, uri: &str, body: &[u8], user: &str) -> test::TestRequest {
+    let h = sign(
+        b"s3cret",
+        &ToSign {
+            app: "shop",
+            method: "POST",
+            path: uri,
+            query: "",
+            body,
+            timestamp_ms: rampart::clock::now_ms(),
+            nonce,
+        },
+    );
+    test::TestRequest::get()
+        .uri("/v1/authz")
+        .insert_header(("X-App", "shop"))
+        .insert_header(("X-Original-Method", "POST"))
+        .insert_header(("X-Original-URI", uri))
+        .insert_header(("X-User-Id", user))
+        .insert_header(("x-timestamp", h.timestamp))
+        .insert_header(("x-nonce", h.nonce))
+        .insert_header(("x-signature", h.signature))
+        .insert_header(("x-content-sha256", h.body_sha256))
+}
+
+/// Threat 12 through a proxy: a retry with a fresh nonce and the same body is one submission,
+/// judged by the declared body hash (the only view of the body forward-auth has).
+#[actix_web::test]
+async fn forward_auth_retries_of_one_body_are_one_submission() {
+    let rt = runtime("authz-fp", "[rules]\ndefaults = false\n");
+    let app = app!(rt);
+    let order = br#"{"idempotency_key":"ord-9","amount":5}"#;
+    let code = |r: &actix_web::dev::ServiceResponse| {
+        (
+            r.status().as_u16(),
+            hdr(r.headers(), "x-rampart-code").to_string(),
+        )
+    };
+    let first = authz_with_body("authz-fp-00000001", "/api/pay", order, "u-7").to_request();
+    let first = test::call_service(&app, first).await;
+    assert_eq!(code(&first), (200, "OK".into()));
+    let retry = authz_with_body("authz-fp-00000002", "/api/pay", order, "u-7").to_request();
+    let retry = test::call_service(&app, retry).await;
+    assert_eq!(code(&retry), (409, "DUPLICATE_SUBMISSION".into()));
+    // Another operation (another body), or another user, is a new submission.
+    let other = br#"{"idempotency_key":"ord-10","amount":5}"#;
+    let r = authz_with_body("authz-fp-00000003", "/api/pay", other, "u-7").to_request();
+    assert_eq!(code(&test::call_service(&app, r).await), (200, "OK".into()));
+    let r = authz_with_body("authz-fp-00000004", "/api/pay", order, "u-8").to_request();
+    assert_eq!(code(&test::call_service(&app, r).await), (200, "OK".into()));
+}
+
 #[actix_web::test]
 async fn forward_auth_allows_then_stops_the_replay_with_its_status_and_headers() {
     let rt = runtime("authz", "[rules]\ndefaults = false\n");
