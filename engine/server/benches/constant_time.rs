@@ -17,6 +17,9 @@ use std::time::Instant;
 use rampart::control::auth::ct_eq;
 use rampart_core::canonical::{SignedFields, Signer};
 
+/// A measured comparison: `true` = class A (equal input), `false` = class B.
+type Target<'a> = (&'static str, Box<dyn FnMut(bool) -> bool + 'a>);
+
 /// Calls per timed sample, so one sample is well above the timer's resolution.
 const BATCH: usize = 16;
 
@@ -118,7 +121,7 @@ fn main() {
         "{:<44} {:>10} {:>10} {:>8}  verdict",
         "target (A: equal, B: first byte differs)", "A ns/call", "B ns/call", "|t|"
     );
-    let targets: Vec<(&str, Box<dyn FnMut(bool) -> bool>)> = vec![
+    let targets: Vec<Target> = vec![
         (
             "ct_eq, 32 bytes (tokens, session MACs)",
             Box::new(|a| ct_eq(&secret32, if a { &equal32 } else { &first32 })),

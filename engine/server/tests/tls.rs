@@ -54,7 +54,7 @@ fn exchange(
     path: &str,
     body: &str,
 ) -> Result<(u16, String, String), String> {
-    let mut sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    let sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
     sock.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let conn =
