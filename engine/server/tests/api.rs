@@ -409,6 +409,10 @@ async fn time_health_ready_metrics_recent_and_log() {
     let dir = &rt.config.raw.decision_log.dir;
     let rows: usize = std::fs::read_dir(dir)
         .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("decisions-")
+        })
         .map(|e| {
             std::fs::read_to_string(e.unwrap().path())
                 .unwrap()
