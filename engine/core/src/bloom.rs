@@ -140,7 +140,9 @@ impl FastDiv {
 
     #[inline(always)]
     fn rem_euclid(&self, n: i64) -> i64 {
-        n - self.div_euclid(n) * self.d as i64
+        // The product can leave i64 near i64::MIN (floor division rounds away from zero there);
+        // the remainder itself always fits, so wrapping arithmetic gives it exactly.
+        n.wrapping_sub(self.div_euclid(n).wrapping_mul(self.d as i64))
     }
 }
 
