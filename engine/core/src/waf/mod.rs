@@ -621,7 +621,15 @@ pub fn scan_request<'a>(
     params: Option<&serde_json::Value>,
     headers: impl Iterator<Item = (&'a str, &'a str)>,
 ) -> Option<(Attack, &'static str)> {
-    if let Some(a) = path_attack(path).or_else(|| scan_value(path)) {
+    // Paths repeat as much as user agents do (one per route): their scans are cached too.
+    let path_scan = |p: &str| {
+        if p.len() <= MAX_CACHED_LEN {
+            scan_cached(p)
+        } else {
+            scan_value(p)
+        }
+    };
+    if let Some(a) = path_attack(path).or_else(|| path_scan(path)) {
         return Some((a, "path"));
     }
     if let Some(a) = scan_form(query) {
@@ -664,7 +672,9 @@ pub fn scan_request<'a>(
                     .map(str::trim)
                     .find_map(scan_value)
             }
-        } else if value.len() >= 24 && CACHED_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name)) {
+        } else if value.len() <= MAX_CACHED_LEN
+            && CACHED_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name))
+        {
             scan_cached(value)
         } else {
             scan_value(value)
@@ -688,6 +698,9 @@ const CACHED_HEADERS: &[&str] = &[
 
 /// Distinct values remembered per thread before the cache starts over.
 const SCAN_CACHE_SIZE: usize = 4096;
+
+/// Longer values are scanned every time (a cache of them would hold too much memory).
+const MAX_CACHED_LEN: usize = 1024;
 
 thread_local! {
     static SCAN_CACHE: std::cell::RefCell<std::collections::HashMap<Box<str>, Option<Attack>>> =
