@@ -57,6 +57,9 @@ pub struct DecisionRecord {
     pub request: Option<String>,
 }
 
+/// How long the writer lets rows gather after each batch.
+const LINGER: Duration = Duration::from_millis(5);
+
 enum Msg {
     Row(Box<DecisionRecord>),
     Flush(SyncSender<()>),
@@ -293,6 +296,7 @@ impl Writer {
                     ch.tick();
                 }
             }
+            let flushed = !acks.is_empty();
             for a in acks {
                 let _ = a.send(());
             }
@@ -301,6 +305,12 @@ impl Writer {
                     let _ = f.flush();
                 }
                 return;
+            }
+            // Let rows gather before the next wait: a writer parked in `recv` is woken (a futex
+            // call and a context switch) by every row sent, which under load cost the request
+            // path more than writing the rows. The queue holds far more than this many ms of rows.
+            if !flushed {
+                std::thread::sleep(LINGER);
             }
         }
     }
