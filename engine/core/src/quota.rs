@@ -173,11 +173,9 @@ impl QuotaStore for LocalQuotas {
     }
 
     fn maintain(&self, now_ms: i64) {
-        if !self.last_purge.due(now_ms) {
-            return;
-        }
-        for shard in self.shards.iter() {
-            let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        let due = self.last_purge.due(now_ms, self.shards.len());
+        for i in crate::ttl::shard_indices(due, self.shards.len()) {
+            let mut map = self.shards[i].lock().unwrap_or_else(|e| e.into_inner());
             map.retain(|_, p| {
                 let keep = now_ms - p.last_ms < self.ttl_ms;
                 if !keep {

@@ -68,13 +68,12 @@ impl<V> ShardedMap<V> {
         self.shard(key).get_mut(key).map(f)
     }
 
-    /// Drops the entries `keep` rejects, at most once per purge interval.
+    /// Drops the entries `keep` rejects: every shard about once per purge interval, a few shards
+    /// per call.
     pub(crate) fn purge(&self, now_ms: i64, mut keep: impl FnMut(&V) -> bool) {
-        if !self.last_purge.due(now_ms) {
-            return;
-        }
-        for shard in self.shards.iter() {
-            let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        let due = self.last_purge.due(now_ms, SHARDS);
+        for i in crate::ttl::shard_indices(due, SHARDS) {
+            let mut map = self.shards[i].lock().unwrap_or_else(|e| e.into_inner());
             let before = map.len();
             map.retain(|_, v| keep(v));
             self.len.fetch_sub(before - map.len(), Ordering::Relaxed);

@@ -348,7 +348,7 @@ impl Runtime {
     pub fn start_background(self: &Arc<Self>) {
         crate::peers::spawn(self);
         let rt = self.clone();
-        let tick = Duration::from_millis((self.config.filter.slice_ms / 4).clamp(5, 250) as u64);
+        let tick = Duration::from_millis((self.config.filter.slice_ms / 4).clamp(5, 50) as u64);
         let rules = &self.config.raw.rules;
         let reload_every = Duration::from_millis(rules.reload_interval_ms);
         let watch = rules.reload && rules.dir.is_some();
