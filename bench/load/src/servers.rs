@@ -22,12 +22,14 @@ pub struct Proc {
     respawn: Option<Box<dyn Fn() -> Option<Child>>>,
     /// The path answering 200 when it is up (`None`: a TCP connect suffices).
     ready: Option<&'static str>,
+    /// A command-line pattern of the real server when `child` is a launcher (`runuser`, which does
+    /// not pass SIGKILL on): it is killed by that pattern too, so nothing outlives the run.
+    pattern: Option<String>,
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
 
@@ -38,13 +40,23 @@ impl Proc {
             addr,
             respawn: None,
             ready: None,
+            pattern: None,
         }
+    }
+
+    fn kill(&mut self) {
+        if let Some(p) = &self.pattern {
+            let _ = Command::new("pkill")
+                .args(["-KILL", "-f", "--", p])
+                .status();
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Stops the process, waits a second, and starts it again on the same address and data.
     pub fn restart(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
         std::thread::sleep(Duration::from_secs(1));
         if let Some(child) = self.respawn.as_ref().and_then(|f| f()) {
             self.child = child;
@@ -213,6 +225,7 @@ pub fn redis(dir: &Path) -> Option<Proc> {
         addr,
         respawn: Some(Box::new(spawn)),
         ready: None,
+        pattern: None,
     })
 }
 
@@ -260,6 +273,7 @@ pub fn clickhouse(dir: &Path) -> Option<Proc> {
         addr,
         respawn: Some(Box::new(spawn)),
         ready: Some("/ping"),
+        pattern: Some(format!("--http_port={http} ")),
     };
     wait_http(addr, "/ping", Duration::from_secs(60)).then_some(p)
 }
