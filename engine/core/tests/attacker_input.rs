@@ -85,7 +85,14 @@ fn fuzz_seeds_and_regressions_hold() {
     let root = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap())
         .join("../../fuzz/seeds");
     let mut seen = 0;
-    for target in ["canonical", "fingerprint", "decide", "waf", "bundle"] {
+    for target in [
+        "canonical",
+        "fingerprint",
+        "decide",
+        "waf",
+        "bundle",
+        "authz",
+    ] {
         for entry in std::fs::read_dir(root.join(target)).unwrap() {
             let data = std::fs::read(entry.unwrap().path()).unwrap();
             seen += 1;
@@ -108,6 +115,27 @@ fn fuzz_seeds_and_regressions_hold() {
                         if let Ok(b) = rampart_core::bundle::Bundle::parse(rest) {
                             assert!(b.verify(std::slice::from_ref(&key), false).is_err());
                         }
+                    }
+                }
+                "authz" => {
+                    // The forward-auth target's input: the check request's path, then headers.
+                    let text = String::from_utf8_lossy(&data);
+                    let mut lines = text.split('\n');
+                    let pq = lines.next().unwrap_or("/v1/authz");
+                    let headers: Vec<(&str, &str)> = lines
+                        .filter_map(|l| l.split_once(':'))
+                        .map(|(n, v)| (n.trim(), v))
+                        .take(64)
+                        .collect();
+                    let check = rampart_core::forward::CheckRequest {
+                        headers: &headers,
+                        method: "GET",
+                        path_and_query: pq,
+                        peer_ip: Some("127.0.0.1"),
+                    };
+                    if let Ok(d) = check.to_decide() {
+                        assert!(d.request.path.starts_with('/') && !d.request.path.contains('?'));
+                        assert!(!d.app.is_empty() && d.app.trim() == d.app);
                     }
                 }
                 "waf" => {
