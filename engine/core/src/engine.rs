@@ -575,12 +575,16 @@ impl Engine {
                 return v;
             }
         };
-        // The route (signed, so an attacker cannot pick it) may narrow the app's window.
+        // Routes (the path is signed, so an attacker cannot pick one) may narrow the app's window.
+        // Every matching route counts, not only the first: a broad entry listed before a
+        // sensitive one (for its dedup settings) must not hide the sensitive route's window.
+        let window_ms = self
+            .routes
+            .iter()
+            .filter(|rt| rt.window_ms.is_some() && rt.matches(&app.id, &r.path))
+            .filter_map(|rt| rt.window_ms)
+            .fold(app.window_ms, i64::min);
         let route = self.route(&app.id, &r.path);
-        let window_ms = match route.and_then(|r| r.window_ms) {
-            Some(w) => w.min(app.window_ms),
-            None => app.window_ms,
-        };
         let skew = ts.saturating_sub(now_ms);
         if skew.unsigned_abs() > window_ms.unsigned_abs() {
             return skew_verdict(now_ms, skew, window_ms);

@@ -303,6 +303,8 @@ fn route(path: &str, window_ms: Option<i64>, dedup: DedupPolicy) -> RoutePolicy 
 fn a_route_window_narrows_the_apps_window_and_never_widens_it() {
     let narrow = 50;
     let routes = vec![
+        // A broad entry first (for its dedup settings): it must not hide the narrower window.
+        route("/api/*", None, DedupPolicy::default()),
         route("/api/order/pay", Some(narrow), DedupPolicy::default()),
         // Wider than the app's W: the app's window still applies.
         route("/api/wide", Some(10 * W), DedupPolicy::default()),
