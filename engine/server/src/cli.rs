@@ -131,8 +131,16 @@ fn load(config: Option<&std::path::Path>) -> Result<Validated, String> {
         .map_err(|e| e.to_string())
 }
 
+/// [`load`], and the TLS files read: what `serve` and `check` need before binding a port.
+fn load_serving(config: Option<&std::path::Path>) -> Result<Validated, String> {
+    Config::load(config)
+        .and_then(|c| c.validate())
+        .and_then(Validated::with_tls)
+        .map_err(|e| e.to_string())
+}
+
 fn serve(config: Option<PathBuf>) -> ExitCode {
-    let v = match load(config.as_deref()) {
+    let v = match load_serving(config.as_deref()) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("rampart: {e}");
@@ -279,7 +287,7 @@ fn check(config: Option<PathBuf>) -> ExitCode {
         .as_ref()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "<embedded defaults>".into());
-    let v = match load(config.as_deref()) {
+    let v = match load_serving(config.as_deref()) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("rampart check: {e}");

@@ -727,7 +727,8 @@ pub struct Validated {
     pub apps: Vec<(String, Vec<u8>, i64)>,
     pub filter: SlicedBloomConfig,
     pub retention_ms: i64,
-    /// The TLS settings when `[server] tls_cert_file` and `tls_key_file` are set.
+    /// The TLS settings when `[server] tls_cert_file` and `tls_key_file` are set, read by
+    /// [`Validated::with_tls`] (`serve` and `check` only: other commands never need the key).
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
@@ -1112,24 +1113,13 @@ impl Config {
         }
         self.admin.check(&mut errs);
 
-        let tls = match (&self.server.tls_cert_file, &self.server.tls_key_file) {
-            (None, None) => None,
-            (Some(cert), Some(key)) => match crate::tls::server_config(cert, key) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    errs.push(e);
-                    None
-                }
-            },
-            _ => {
-                errs.push(
-                    "server.tls_cert_file and server.tls_key_file go together: set both for \
-                     HTTPS, or neither"
-                        .into(),
-                );
-                None
-            }
-        };
+        if self.server.tls_cert_file.is_some() != self.server.tls_key_file.is_some() {
+            errs.push(
+                "server.tls_cert_file and server.tls_key_file go together: set both for HTTPS, \
+                 or neither"
+                    .into(),
+            );
+        }
         if !errs.is_empty() {
             return Err(ConfigError::Invalid(errs));
         }
@@ -1139,7 +1129,7 @@ impl Config {
             apps,
             filter,
             retention_ms: retention,
-            tls,
+            tls: None,
         })
     }
 }
@@ -1161,6 +1151,20 @@ impl Config {
 pub const WIDE_WINDOW_MS: i64 = 60_000;
 
 impl Validated {
+    /// Reads and checks the TLS certificate and key when they are configured (parsable, the key
+    /// matches the certificate), before any port is bound.
+    pub fn with_tls(mut self) -> Result<Validated, ConfigError> {
+        if let (Some(cert), Some(key)) = (
+            &self.raw.server.tls_cert_file,
+            &self.raw.server.tls_key_file,
+        ) {
+            self.tls = Some(
+                crate::tls::server_config(cert, key).map_err(|e| ConfigError::Invalid(vec![e]))?,
+            );
+        }
+        Ok(self)
+    }
+
     /// What is allowed but probably a mistake: apps whose time window is wider than
     /// [`WIDE_WINDOW_MS`] (a captured request can be replayed that long wherever dedup is weak, and
     /// nonce retention grows with it), with the fix.
