@@ -286,6 +286,7 @@ impl Writer {
                     take(m, &mut batch, &mut ignore);
                 }
             }
+            let batch_len = batch.len();
             self.write_batch(&mut batch);
             if let Some(ch) = self.ch.as_mut() {
                 if stop {
@@ -297,6 +298,8 @@ impl Writer {
                 }
             }
             let flushed = !acks.is_empty();
+            // A full batch means more is waiting: no pause then.
+            let full = batch_len >= 4096;
             for a in acks {
                 let _ = a.send(());
             }
@@ -309,7 +312,7 @@ impl Writer {
             // Let rows gather before the next wait: a writer parked in `recv` is woken (a futex
             // call and a context switch) by every row sent, which under load cost the request
             // path more than writing the rows. The queue holds far more than this many ms of rows.
-            if !flushed {
+            if !flushed && !full {
                 std::thread::sleep(LINGER);
             }
         }

@@ -400,7 +400,8 @@ impl Metrics {
     /// Counts one decision for `app` (an app the engine knows whenever the code is
     /// `TIMESTAMP_SKEW`: the window step comes after the signature).
     pub fn record(&self, app: &str, v: &Verdict, latency_s: f64) {
-        if v.code == Code::TimestampSkew {
+        // The window step's own refusals (a rule may answer the same code; it is not counted).
+        if v.code == Code::TimestampSkew && v.step == Step::Window {
             let direction = match v.reasons.first().and_then(|r| r.skew_ms) {
                 Some(s) if s > 0 => "ahead",
                 Some(_) => "behind",
