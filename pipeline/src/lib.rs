@@ -1010,14 +1010,22 @@ impl Api {
         })?;
         let mut tls = ureq::tls::TlsConfig::builder();
         if let Some(path) = ca_file {
+            if !engine.starts_with("https://") {
+                return Err(format!(
+                    "--ca-file is for an https:// engine; {engine} would get the token in clear"
+                ));
+            }
             let pem =
                 std::fs::read(path).map_err(|e| format!("--ca-file {}: {e}", path.display()))?;
-            let certs: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(&pem)
-                .filter_map(|item| match item {
-                    Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
-                    _ => None,
-                })
-                .collect();
+            let mut certs: Vec<ureq::tls::Certificate<'static>> = Vec::new();
+            for item in ureq::tls::parse_pem(&pem) {
+                // A damaged file is refused whole, even when one certificate in it parses.
+                if let ureq::tls::PemItem::Certificate(c) =
+                    item.map_err(|e| format!("--ca-file {}: {e}", path.display()))?
+                {
+                    certs.push(c);
+                }
+            }
             if certs.is_empty() {
                 return Err(format!(
                     "--ca-file {}: no PEM certificate in it",

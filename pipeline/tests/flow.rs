@@ -713,6 +713,23 @@ fn promote_reaches_an_https_engine_that_its_ca_file_vouches_for() {
     );
     assert_eq!(code, 2);
     assert!(err.contains("--ca-file"), "{err}");
+    // A CA file says HTTPS is meant: with an http:// engine the token would go in clear.
+    let (code, _, err) = rr(
+        &repo,
+        &[
+            "promote",
+            "../bundle.json",
+            "--engine",
+            "http://127.0.0.1:9",
+            "--stage",
+            "shadow",
+            "--ca-file",
+            &cert.display().to_string(),
+        ],
+        Some(CI_TOKEN),
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("in clear"), "{err}");
     // With the engine's certificate as the CA, the signed bundle goes to shadow over HTTPS.
     let ca = cert.display().to_string();
     let (code, out, err) = promote(
