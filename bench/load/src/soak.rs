@@ -70,6 +70,13 @@ pub fn run(a: SoakArgs) -> std::process::ExitCode {
             .expect("own path")
             .with_file_name("rampart")
     });
+    if !a.rules.join("edge").is_dir() {
+        eprintln!(
+            "soak: {} is not a rule directory (run from the repository's root, or pass --rules)",
+            a.rules.display()
+        );
+        return std::process::ExitCode::from(2);
+    }
     let tmp = std::env::temp_dir().join(format!("rampart-soak-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).expect("a temporary directory");
     let Some(mut redis) = servers::redis(&tmp) else {
