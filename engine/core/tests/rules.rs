@@ -970,3 +970,59 @@ fn a_traced_decision_lists_every_step_and_rule_and_decides_as_the_plain_path() {
     let steps: Vec<&str> = t.steps.iter().map(|s| s.step).collect();
     assert_eq!(steps, ["edge", "gateway", "business"]);
 }
+
+/// Rules share a per-thread cache of resolved helper calls (see `RuleSet::run`): it must never
+/// carry one set's helpers (and so its lists) into another set, nor one rule's own functions into
+/// another rule.
+#[test]
+fn resolved_calls_never_leak_between_sets_or_between_rules_functions() {
+    let listed = |who: &str| {
+        compile(&[
+            src("lists/vip.txt", &format!("{who}\n")),
+            rule(
+                "edge/vip.rhai",
+                "vip",
+                1,
+                "",
+                "if in_list(\"vip\", req.user) { deny(\"listed\") }",
+            ),
+        ])
+    };
+    let (u1, u2, u3) = (listed("u1"), listed("u2"), listed("u3"));
+    let (e1, _) = engine_with(u1);
+    let (e2, _) = engine_with(u2);
+    let (e3, _) = engine_with(u3);
+    // Alternate over three sets on one thread, several times each (the cache keeps two).
+    for round in 0..4 {
+        for (e, denied) in [(&e1, true), (&e2, false), (&e3, false), (&e1, true)] {
+            let v = e
+                .decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000)
+                .unwrap();
+            assert_eq!(v.code == Code::RuleDeny, denied, "round {round}: {v:?}");
+        }
+    }
+    // Two rules define a function of the same name: each calls its own.
+    let set = compile(&[
+        rule(
+            "edge/a.rhai",
+            "a",
+            1,
+            "",
+            "fn pick(x) { false }\nif pick(1) { deny(\"a\") }",
+        ),
+        rule(
+            "edge/b.rhai",
+            "b",
+            2,
+            "",
+            "fn pick(x) { true }\nif pick(1) { deny(\"b\") }",
+        ),
+    ]);
+    let (e, _) = engine_with(set);
+    for _ in 0..3 {
+        let v = e
+            .decide(&request("shop", "/x", "192.0.2.1", "ua", true), 1_000_000)
+            .unwrap();
+        assert_eq!((v.code, v.rule.as_deref()), (Code::RuleDeny, Some("b")));
+    }
+}

@@ -315,6 +315,9 @@ impl std::fmt::Debug for RuleState {
 thread_local! {
     /// Server time of the decision being evaluated on this thread (helpers that count need it).
     static EVAL_NOW: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+    /// The function-resolution caches of function-less rules, by set id (most recent first).
+    static RESOLUTION: std::cell::RefCell<[Option<(u64, rhai::Caches)>; 2]> =
+        const { std::cell::RefCell::new([None, None]) };
     /// `retry_after_ms` of the last refused `rate_limit` call on this thread.
     static LAST_RETRY: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// True while a shadow rule runs: helpers with lasting effects (claims, reports) only look.
@@ -516,6 +519,11 @@ impl ReqData {
             Some(other) => other.to_string().into(),
         }
     }
+}
+
+fn next_set_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Named lists of a rule set.
@@ -912,6 +920,8 @@ impl TierIndex {
 
 /// A compiled, validated, immutable rule set.
 pub struct RuleSet {
+    /// Unique per compiled set in this process (keys the per-thread resolution cache).
+    id: u64,
     version: String,
     engine: rhai::Engine,
     state: Option<RuleState>,
@@ -1315,6 +1325,7 @@ impl RuleSet {
     /// The empty rule set: every tier passes.
     pub fn empty(settings: RuleSettings) -> RuleSet {
         RuleSet {
+            id: next_set_id(),
             version: "none".into(),
             engine: build_engine(Arc::new(Lists::default()), None),
             state: None,
@@ -1451,6 +1462,7 @@ impl RuleSet {
         }
         let [e, g, b] = per_tier;
         Ok(RuleSet {
+            id: next_set_id(),
             version,
             engine,
             state: Some(state.clone()),
@@ -1506,7 +1518,7 @@ impl RuleSet {
     fn eval(&self, rule: &Rule, scope: &mut Scope<'_>) -> Result<Option<Outcome>, String> {
         self.evaluations.fetch_add(1, Ordering::Relaxed);
         let base = scope.len();
-        let result = self.engine.eval_ast_with_scope::<Dynamic>(scope, &rule.ast);
+        let result = self.run(rule, scope);
         scope.rewind(base);
         match result {
             Ok(v) if v.is_unit() => Ok(None),
@@ -1516,6 +1528,36 @@ impl RuleSet {
             },
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    /// Runs one rule's statements. Rhai resolves each call (getter, helper, `len`…) through the
+    /// engine's modules and caches the answer only from its second use in one cache; a fresh cache
+    /// per evaluation (what `eval_ast_with_scope` does) therefore resolves every call every time.
+    /// Rules without functions of their own resolve the same names to the same native functions
+    /// of this set's engine, so they share one cache per thread and per set, kept across
+    /// decisions. A rule that defines functions gets a fresh cache (its names may shadow others).
+    fn run(&self, rule: &Rule, scope: &mut Scope<'_>) -> Result<Dynamic, Box<EvalAltResult>> {
+        if rule.ast.has_functions() {
+            return self.engine.eval_ast_with_scope::<Dynamic>(scope, &rule.ast);
+        }
+        RESOLUTION.with(|cell| {
+            let Ok(mut slot) = cell.try_borrow_mut() else {
+                // Re-entered (a helper judged with another set): no sharing.
+                return self.engine.eval_ast_with_scope::<Dynamic>(scope, &rule.ast);
+            };
+            // Two slots: a canary and its stable set alternate on one thread.
+            if slot[0].as_ref().is_none_or(|(id, _)| *id != self.id) {
+                slot.swap(0, 1);
+                if slot[0].as_ref().is_none_or(|(id, _)| *id != self.id) {
+                    slot[0] = Some((self.id, rhai::Caches::new()));
+                }
+            }
+            let (_, caches) = slot[0].as_mut().expect("just set");
+            let mut global = self.engine.new_global_runtime_state();
+            #[allow(deprecated)] // the supported spelling of "evaluate these statements" in 1.x
+            self.engine
+                .eval_statements_raw(&mut global, caches, scope, rule.ast.statements())
+        })
     }
 
     /// Evaluates one tier for `req`.
