@@ -109,6 +109,7 @@ impl StringList {
         }
         let automaton = aho_corasick::AhoCorasick::builder()
             .ascii_case_insensitive(true)
+            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
             .build(ordered.iter().map(|m| m.as_bytes()))
             .ok()
             .filter(|_| !ordered.is_empty());

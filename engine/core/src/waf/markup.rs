@@ -131,7 +131,7 @@ pub(super) fn xss(lower: &str, shape: Shape) -> bool {
 }
 
 fn automaton(patterns: &[&str]) -> AhoCorasick {
-    AhoCorasick::new(patterns).expect("patterns build")
+    super::automaton(patterns)
 }
 
 /// ` onload=`, `"onx=`: an event-handler attribute (`on` + letters + `=`), after a character that

@@ -345,19 +345,15 @@ const STACKED: &[(&str, &[&str])] = &[
 
 /// Keyword sequences that are SQL and not prose. `lower` is lower case with comments stripped.
 pub(super) fn sql_statements(lower: &str) -> bool {
+    // One pass for "could this be SQL at all": any of these words, or a phrase.
     static AC: OnceLock<AhoCorasick> = OnceLock::new();
-    let phrases = AC.get_or_init(|| AhoCorasick::new(PHRASES).expect("patterns build"));
-    let maybe = lower.contains(';')
-        || lower.contains("union")
-        || lower.contains("from")
-        || lower.contains("regexp")
-        || lower.contains("rlike")
-        || lower.contains("sounds")
-        || lower.contains(".e")
-        || lower.contains("waitfor")
-        || lower.contains("sleep")
-        || phrases.is_match(lower);
-    if !maybe {
+    let maybe = AC.get_or_init(|| {
+        let words = [
+            ";", "union", "from", "regexp", "rlike", "sounds", ".e", "waitfor", "sleep",
+        ];
+        super::automaton(words.iter().chain(PHRASES))
+    });
+    if !maybe.is_match(lower) {
         return false;
     }
     let s = squeeze(lower);
