@@ -22,6 +22,8 @@ pub struct Measured {
     pub seconds: f64,
     /// Latencies in microseconds, sorted.
     pub lat_us: Vec<u32>,
+    /// Open loop: how late the generator itself woke for a scheduled send (µs, sorted).
+    pub lag_us: Vec<u32>,
     /// Answers by decision code (engine) or status (baseline).
     pub codes: std::collections::BTreeMap<String, u64>,
 }
@@ -130,6 +132,7 @@ pub fn run(addr: SocketAddr, connections: usize, duration: Duration, pace: Pace)
                 m.requests += part.requests;
                 m.errors += part.errors;
                 m.lat_us.extend(part.lat_us);
+                m.lag_us.extend(part.lag_us);
                 for (k, v) in part.codes {
                     *m.codes.entry(k).or_insert(0) += v;
                 }
@@ -137,6 +140,7 @@ pub fn run(addr: SocketAddr, connections: usize, duration: Duration, pace: Pace)
         }
         m.seconds = start.elapsed().as_secs_f64().min(duration.as_secs_f64());
         m.lat_us.sort_unstable();
+        m.lag_us.sort_unstable();
         m
     })
 }
@@ -175,6 +179,10 @@ async fn connection(
                 let scheduled = next;
                 next += i;
                 tokio::time::sleep_until(scheduled.into()).await;
+                if free_at <= scheduled {
+                    let lag = Instant::now().saturating_duration_since(scheduled);
+                    m.lag_us.push(lag.as_micros().min(u32::MAX as u128) as u32);
+                }
                 // A send the server delayed (the previous answer came after the scheduled time)
                 // counts from the schedule: no coordinated omission. A send the timer woke late
                 // for (its granularity is a millisecond) counts from when it went out: the
