@@ -278,12 +278,19 @@ impl Control {
             )
         })?;
         let set = Arc::new(set);
+        self.cache_compiled(version, set.clone());
+        Ok(set)
+    }
+
+    /// Keeps `set` compiled for its version, at most 16 of them (a set is about half a MiB: the
+    /// rule engine, its lists' automata, the scripts). Uploads and directory reloads come here too,
+    /// or every reload would keep its set for good.
+    fn cache_compiled(&self, version: &str, set: Arc<RuleSet>) {
         let mut c = self.lock_compiled();
-        if c.len() >= 16 {
+        if c.len() >= 16 && !c.contains_key(version) {
             c.clear();
         }
-        c.insert(version.to_string(), set.clone());
-        Ok(set)
+        c.insert(version.to_string(), set);
     }
 
     fn lock_compiled(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<RuleSet>>> {
@@ -524,7 +531,7 @@ impl Control {
                 .collect(),
         };
         self.store.put_version(&doc).map_err(store_err)?;
-        self.lock_compiled().insert(version.clone(), Arc::new(set));
+        self.cache_compiled(&version, Arc::new(set));
         self.audit(
             who,
             "ruleset.upload",
