@@ -34,12 +34,22 @@ impl Measured {
     }
 
     pub fn pct(&self, p: f64) -> f64 {
-        if self.lat_us.is_empty() {
-            return 0.0;
-        }
-        let i = ((self.lat_us.len() as f64 - 1.0) * p).round() as usize;
-        self.lat_us[i] as f64
+        percentile(&self.lat_us, p)
     }
+
+    /// Percentile of the generator's own wake-up lag (open loop).
+    pub fn lag_pct(&self, p: f64) -> f64 {
+        percentile(&self.lag_us, p)
+    }
+}
+
+/// The `p` percentile of sorted values (0 when there are none).
+fn percentile(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i] as f64
 }
 
 /// A `/v1/decide` body for request number `seq` of connection `conn`, signed now.

@@ -94,9 +94,7 @@ impl Row {
             "half_rps": self.half.rps().round(),
             "half_p50_us": self.half.pct(0.5), "half_p99_us": self.half.pct(0.99),
             "half_p999_us": self.half.pct(0.999),
-            "half_generator_lag_p99_us": self.half.lag_us.get(
-                ((self.half.lag_us.len().max(1) - 1) as f64 * 0.99).round() as usize
-            ).copied().unwrap_or(0),
+            "half_generator_lag_p99_us": self.half.lag_pct(0.99),
             "errors": self.max.errors + self.half.errors,
             "codes": self.max.codes,
         })
@@ -131,17 +129,11 @@ fn measure(name: &str, addr: std::net::SocketAddr, a: &RunArgs) -> Row {
         row.half.pct(0.99),
         row.max.errors + row.half.errors
     );
-    let lag = |p: f64| {
-        let l = &row.half.lag_us;
-        l.get(((l.len().max(1) - 1) as f64 * p).round() as usize)
-            .copied()
-            .unwrap_or(0)
-    };
     eprintln!(
-        "  {:<28} generator wake-up lag at half: p50 {} µs  p99 {} µs",
+        "  {:<28} generator wake-up lag at half: p50 {:.0} µs  p99 {:.0} µs",
         "",
-        lag(0.5),
-        lag(0.99)
+        row.half.lag_pct(0.5),
+        row.half.lag_pct(0.99)
     );
     row
 }

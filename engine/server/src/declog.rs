@@ -60,6 +60,9 @@ pub struct DecisionRecord {
 /// How long the writer lets rows gather after each batch.
 const LINGER: Duration = Duration::from_millis(5);
 
+/// Rows written (and sent to ClickHouse) per batch at most.
+const MAX_BATCH: usize = 4096;
+
 enum Msg {
     Row(Box<DecisionRecord>),
     Flush(SyncSender<()>),
@@ -274,7 +277,7 @@ impl Writer {
                 Err(RecvTimeoutError::Disconnected) => stop = true,
             }
             // Drain what is already queued (bounded batch), without waiting.
-            while batch.len() < 4096 && !stop {
+            while batch.len() < MAX_BATCH && !stop {
                 match rx.try_recv() {
                     Ok(m) => take(m, &mut batch, &mut stop),
                     Err(_) => break,
@@ -299,7 +302,7 @@ impl Writer {
             }
             let flushed = !acks.is_empty();
             // A full batch means more is waiting: no pause then.
-            let full = batch_len >= 4096;
+            let full = batch_len >= MAX_BATCH;
             for a in acks {
                 let _ = a.send(());
             }
