@@ -84,6 +84,45 @@ impl Cell {
     }
 }
 
+/// A sliding-window counter as stored: the current fixed window's start and width, its count and
+/// the previous window's count. (Redis keeps the same four numbers in a hash.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredWindow {
+    pub start: i64,
+    pub window: i64,
+    pub cur: i64,
+    pub prev: i64,
+}
+
+/// What a sliding-window counter reads at `now_ms` for a window of `window_ms`, without changing
+/// it: nothing stored, another width, or a window two widths old reads 0; a stored current window
+/// that has ended counts as the previous one.
+pub fn window_estimate(stored: Option<StoredWindow>, now_ms: i64, window_ms: i64) -> i64 {
+    let Some(StoredWindow {
+        start,
+        window,
+        cur,
+        prev,
+    }) = stored
+    else {
+        return 0;
+    };
+    if window_ms <= 0
+        || window != window_ms
+        || now_ms >= start.saturating_add(window.saturating_mul(2))
+    {
+        return 0;
+    }
+    let aligned = now_ms.div_euclid(window_ms) * window_ms;
+    let (start, cur, prev) = if aligned > start {
+        (aligned, 0, cur) // the stored current window is now the previous one
+    } else {
+        (start, cur, prev)
+    };
+    let elapsed = (now_ms - start) as f64 / window_ms as f64;
+    (prev as f64 * (1.0 - elapsed)).round() as i64 + cur
+}
+
 /// In-process limiter state, sharded by key.
 pub struct LocalLimiter {
     cells: ShardedMap<Cell>,
@@ -213,26 +252,21 @@ impl LimiterStore for LocalLimiter {
                 "counter windows must be positive".into(),
             ));
         }
-        let Some(Cell::Window {
-            start,
-            window,
-            cur,
-            prev,
-        }) = self.cells.update(key, |c| *c)
-        else {
-            return Ok(0);
+        let stored = match self.cells.update(key, |c| *c) {
+            Some(Cell::Window {
+                start,
+                window,
+                cur,
+                prev,
+            }) => Some(StoredWindow {
+                start,
+                window,
+                cur,
+                prev,
+            }),
+            _ => None,
         };
-        if window != window_ms || now_ms >= start + 2 * window {
-            return Ok(0);
-        }
-        let aligned = now_ms.div_euclid(window_ms) * window_ms;
-        let (start, cur, prev) = if aligned > start {
-            (aligned, 0, cur) // the stored current window is now the previous one
-        } else {
-            (start, cur, prev)
-        };
-        let elapsed = (now_ms - start) as f64 / window_ms as f64;
-        Ok((prev as f64 * (1.0 - elapsed)).round() as i64 + cur)
+        Ok(window_estimate(stored, now_ms, window_ms))
     }
 
     fn maintain(&self, now_ms: i64) {

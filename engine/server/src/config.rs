@@ -419,7 +419,8 @@ pub struct StateConfig {
     pub redis_timeout_ms: u64,
     /// Bound on connecting (and on waiting for the first connection at start).
     pub redis_connect_timeout_ms: u64,
-    /// Multiplexed connections (per node).
+    /// Multiplexed connections (per node) of the detached writes; the decision path uses one
+    /// blocking connection per worker thread.
     pub redis_connections: usize,
     /// Bitmaps per Bloom time slice in Redis (spreads a slice over cluster nodes).
     pub bloom_shards: u32,

@@ -5,7 +5,8 @@
 //! - of many identical requests racing over the instances, exactly one passes;
 //! - no gap at either window edge across instances;
 //! - 200 concurrent claimants for 100 prizes over 3 instances: exactly 100 winners, nobody twice;
-//! - rate limits, counters and distinct counts are shared;
+//! - rate limits, counters and distinct counts are shared; counter reads (plain `HMGET`s computed
+//!   by the engine) answer what the in-process limiter answers, also batched over cluster nodes;
 //! - Redis killed mid-load: callers see the declared policy (never a 5xx, never a crash), the local
 //!   fallback keeps catching an instance's own replays, and service resumes when Redis returns.
 
@@ -17,6 +18,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rampart::redis_state::{Redis, RedisCounters, RedisLimiter, RedisSettings};
+use rampart_core::limits::{LimiterStore, LocalLimiter};
 use serde_json::Value;
 use support::{nonce, now_ms, temp_dir, Call, Engine, RedisCluster, RedisServer};
 
@@ -306,6 +309,78 @@ fn fleet(dir: &Path, n: usize, name: &str, state: &str) -> Vec<Engine> {
         .collect()
 }
 
+/// Reads of sliding-window counters are plain `HMGET`s computed by the engine (no script): they
+/// must answer exactly what the in-process limiter answers — alone, in one pipelined batch whose
+/// keys live on different cluster nodes, for keys never written, across the window's edges, and
+/// for another window width.
+fn window_reads_match_the_in_process_limiter(redis: RedisSettings) {
+    let redis = Redis::start(&redis, RedisCounters::default()).expect("redis client");
+    let remote = RedisLimiter::new(redis);
+    let local = LocalLimiter::new(1000);
+    let w = 1000;
+    let t0 = 1_767_225_600_000; // a window start
+    let keys: Vec<String> = (0..8).map(|i| fresh(&format!("win{i}"))).collect();
+    // (ms after t0, key, n): n = 0 reads, anything else adds.
+    let steps: &[(i64, usize, i64)] = &[
+        (100, 0, 1),
+        (200, 0, 2),
+        (300, 0, 0),
+        (300, 1, 0),
+        (900, 1, 5),
+        (950, 2, 7),
+        (1250, 0, 0),
+        (1250, 1, 0),
+        (1250, 0, 1),
+        (1250, 0, 0),
+        (1999, 2, 0),
+        (2500, 0, 0),
+        (2500, 1, 0),
+        (2999, 0, 0),
+        (3000, 0, 0),
+        (3100, 3, 4),
+        (3600, 3, 0),
+    ];
+    for &(dt, k, n) in steps {
+        let now = t0 + dt;
+        let key = &keys[k];
+        if n != 0 {
+            assert_eq!(
+                remote.incr(key, now, w, n).unwrap(),
+                local.incr(key, now, w, n).unwrap(),
+                "add {n} to key {k} at +{dt} ms"
+            );
+        } else {
+            assert_eq!(
+                remote.get(key, now, w).unwrap(),
+                local.get(key, now, w).unwrap(),
+                "read key {k} at +{dt} ms"
+            );
+        }
+        let batch = remote.get_many(&keys, now, w).unwrap();
+        let expected: Vec<i64> = keys.iter().map(|k| local.get(k, now, w).unwrap()).collect();
+        assert_eq!(batch, expected, "batch read at +{dt} ms");
+        assert_eq!(remote.get(key, now, 2 * w).unwrap(), 0, "another width");
+    }
+    assert!(
+        steps.iter().any(|&(dt, k, _)| {
+            let now = t0 + dt;
+            local.get(&keys[k], now, w).unwrap() > 0
+        }),
+        "the script reads something"
+    );
+}
+
+fn node_settings(url: &str) -> RedisSettings {
+    RedisSettings {
+        url: url.into(),
+        cluster_nodes: vec![],
+        prefix: fresh("wr"),
+        timeout: Duration::from_secs(2),
+        connect_timeout: Duration::from_secs(5),
+        connections: 1,
+    }
+}
+
 fn suite(fleet: &[Engine], tag: &str) {
     replay_on_another_instance(fleet, tag);
     exactly_one_of_concurrent_identical_requests_passes(fleet, tag);
@@ -326,6 +401,7 @@ fn single_node_three_instances_act_as_one() {
         &format!("redis_url = \"{url}\"\nnonce_mode = \"bloom\"\n"),
     );
     suite(&bloom, "sb");
+    window_reads_match_the_in_process_limiter(node_settings(&url));
     // A whole batch on one worker (each item makes several Redis calls on that worker's thread).
     let items: Vec<Value> = (0..100)
         .map(|i| {
@@ -402,6 +478,11 @@ fn three_master_cluster_three_instances_act_as_one() {
     );
     let bloom = fleet(&dir, 3, "cluster", &state);
     suite(&bloom, "cb");
+    window_reads_match_the_in_process_limiter(RedisSettings {
+        url: String::new(),
+        cluster_nodes: cluster.urls(),
+        ..node_settings("")
+    });
     // The state is spread over every master: Bloom shards, claim segments and counters hash to
     // different slots.
     for n in &cluster.nodes {

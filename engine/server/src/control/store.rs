@@ -309,12 +309,7 @@ impl RedisStore {
 
     fn get(&self, key: String) -> Result<Option<Vec<u8>>, StoreError> {
         self.redis
-            .call(move |mut c| async move {
-                redis::cmd("GET")
-                    .arg(key)
-                    .query_async::<Option<Vec<u8>>>(&mut c)
-                    .await
-            })
+            .call(move |c| redis::cmd("GET").arg(key).query::<Option<Vec<u8>>>(c))
             .map_err(err)
     }
 }
@@ -341,15 +336,14 @@ impl ControlStore for RedisStore {
         let g = next.generation;
         let n: i64 = self
             .redis
-            .call(move |mut c| async move {
+            .call(move |c| {
                 redis::Script::new(CAS_SCRIPT)
                     .key(kg)
                     .key(ks)
                     .arg(g - 1)
                     .arg(g)
                     .arg(body)
-                    .invoke_async(&mut c)
-                    .await
+                    .invoke(c)
             })
             .map_err(err)?;
         Ok(n == 1)
@@ -365,7 +359,7 @@ impl ControlStore for RedisStore {
         let member = v.meta.version.clone();
         let _: () = self
             .redis
-            .call(move |mut c| async move {
+            .call(move |c| {
                 redis::pipe()
                     .atomic()
                     .cmd("SET")
@@ -378,8 +372,7 @@ impl ControlStore for RedisStore {
                     .arg(&member)
                     .arg(meta)
                     .ignore()
-                    .query_async(&mut c)
-                    .await
+                    .query(c)
             })
             .map_err(err)?;
         Ok(())
@@ -399,7 +392,7 @@ impl ControlStore for RedisStore {
         let k = self.key("versions");
         let all: Vec<String> = self
             .redis
-            .call(move |mut c| async move { redis::cmd("HVALS").arg(k).query_async(&mut c).await })
+            .call(move |c| redis::cmd("HVALS").arg(k).query(c))
             .map_err(err)?;
         let mut out: Vec<VersionMeta> = all
             .iter()
@@ -413,20 +406,14 @@ impl ControlStore for RedisStore {
         let ks = self.key("audit:seq");
         let seq: u64 = self
             .redis
-            .call(move |mut c| async move { redis::cmd("INCR").arg(ks).query_async(&mut c).await })
+            .call(move |c| redis::cmd("INCR").arg(ks).query(c))
             .map_err(err)?;
         e.seq = seq;
         let line = serde_json::to_string(e).map_err(err)?;
         let kl = self.key("audit");
         let _: i64 = self
             .redis
-            .call(move |mut c| async move {
-                redis::cmd("RPUSH")
-                    .arg(kl)
-                    .arg(line)
-                    .query_async(&mut c)
-                    .await
-            })
+            .call(move |c| redis::cmd("RPUSH").arg(kl).arg(line).query(c))
             .map_err(err)?;
         Ok(())
     }
@@ -435,14 +422,7 @@ impl ControlStore for RedisStore {
         let k = self.key("audit");
         let all: Vec<String> = self
             .redis
-            .call(move |mut c| async move {
-                redis::cmd("LRANGE")
-                    .arg(k)
-                    .arg(0)
-                    .arg(-1)
-                    .query_async(&mut c)
-                    .await
-            })
+            .call(move |c| redis::cmd("LRANGE").arg(k).arg(0).arg(-1).query(c))
             .map_err(err)?;
         let mut out: Vec<AuditEntry> = all
             .iter()
@@ -460,14 +440,7 @@ impl ControlStore for RedisStore {
         let k2 = k.clone();
         let _: Option<String> = self
             .redis
-            .call(move |mut c| async move {
-                redis::cmd("SET")
-                    .arg(k2)
-                    .arg(fresh)
-                    .arg("NX")
-                    .query_async(&mut c)
-                    .await
-            })
+            .call(move |c| redis::cmd("SET").arg(k2).arg(fresh).arg("NX").query(c))
             .map_err(err)?;
         let stored = self.get(k)?.ok_or_else(|| err("session key vanished"))?;
         hex::decode(stored).map_err(err)
@@ -478,15 +451,7 @@ impl ControlStore for RedisStore {
         let ttl = (until_ms - crate::clock::now_ms()).max(1);
         let _: () = self
             .redis
-            .call(move |mut c| async move {
-                redis::cmd("SET")
-                    .arg(k)
-                    .arg(1)
-                    .arg("PX")
-                    .arg(ttl)
-                    .query_async(&mut c)
-                    .await
-            })
+            .call(move |c| redis::cmd("SET").arg(k).arg(1).arg("PX").arg(ttl).query(c))
             .map_err(err)?;
         Ok(())
     }

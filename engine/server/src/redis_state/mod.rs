@@ -5,24 +5,29 @@
 //! # How a synchronous decision talks to Redis
 //!
 //! The decision path and the Rhai helpers are synchronous (the core does no I/O), so each store
-//! call is a blocking call from the decision's thread. It is served by one [`Redis`] per process:
-//! a small Tokio runtime of its own (`redis-io` threads) drives redis-rs *multiplexed* connections
-//! — a [`ConnectionManager`] for a single node (it reconnects by itself), a cluster connection for
-//! Redis Cluster (it follows `MOVED`/`ASK` and refreshes the slot map by itself). A call polls its
-//! request future on the calling thread (inside that runtime's context, so timers and reconnects
-//! land there): the future hands the packed command to the connection's pipeline task and the
-//! thread parks until the answer or the per-call timeout — no task spawned, one wake-up. Because
-//! every worker's calls share the multiplexed connections, concurrent decisions are pipelined onto
-//! one socket per node instead of costing one connection each; calls that belong to one decision
-//! and do not depend on each other (the four reputation reads) are issued together, and writes
-//! nobody waits for (reputation learning after a refusal) are not waited for.
+//! call is a blocking call from the decision's thread. Each thread that calls keeps its own
+//! blocking connection ([`redis::Connection`] for a single node, a [`redis::cluster`] connection
+//! for Redis Cluster, which follows `MOVED`/`ASK` and refreshes the slot map by itself): the
+//! thread writes the command and reads the answer itself, with the call timeout as the socket's
+//! read and write timeout. No other thread is involved, so a call costs one write, one read and the
+//! wait for Redis — not the two cross-thread wake-ups of handing the command to an I/O thread and
+//! being woken by it (measured: that hand-off was most of the engine's CPU per decision with
+//! Redis state; see the README's performance section). Calls that belong to one decision and do
+//! not depend on each other (the four reputation reads, a pool's segment counters) leave in one
+//! pipelined write.
+//!
+//! Writes nobody waits for (reputation learning after a refusal) go through a small Tokio runtime
+//! of their own (`redis-io`) and its multiplexed connections, so the decision does not wait for
+//! them.
 //!
 //! Multi-key scripts keep their keys in one cluster slot with a hash tag; every check-and-set is
-//! one Lua script (`EVALSHA`, reloaded by redis-rs on `NOSCRIPT`), so it is atomic on its node.
+//! one Lua script (`EVALSHA`, loaded again by redis-rs on `NOSCRIPT`), so it is atomic on its node.
+//! Reads that change nothing are plain commands, computed here.
 //!
 //! # Failures
 //!
-//! Every call has a bounded timeout. After three consecutive connection failures the store stops
+//! Every call has a bounded timeout. A connection that failed or timed out is dropped (the
+//! thread's next call connects again). After three consecutive connection failures the store stops
 //! trying for a short cool-down (250 ms) and fails fast, so an outage costs callers microseconds,
 //! not timeouts; the first call after the cool-down probes again, and service resumes without a
 //! restart as soon as Redis answers. What a failure means for a decision is the store's declared
@@ -31,9 +36,10 @@
 mod scripts;
 mod stores;
 
+use std::cell::RefCell;
 use std::future::Future;
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -98,25 +104,107 @@ impl ConnectionLike for RedisConn {
     }
 }
 
-/// Runs `requests` concurrently (on one node they leave in one pipelined write; on a cluster they
-/// go to their nodes in parallel) and collects their answers in order.
-pub async fn join_all<T, Fut>(requests: impl IntoIterator<Item = Fut>) -> RedisResult<Vec<T>>
-where
-    Fut: Future<Output = RedisResult<T>> + Send + 'static,
-    T: Send + 'static,
-{
-    let tasks: Vec<_> = requests.into_iter().map(tokio::spawn).collect();
-    let mut out = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        out.push(t.await.map_err(|e| {
-            redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "request task failed",
-                e.to_string(),
-            ))
-        })??);
+/// A blocking connection of one thread: to one node, or to a cluster.
+pub enum SyncConn {
+    Single(redis::Connection),
+    Cluster(Box<redis::cluster::ClusterConnection>),
+}
+
+impl redis::ConnectionLike for SyncConn {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        match self {
+            SyncConn::Single(c) => c.req_packed_command(cmd),
+            SyncConn::Cluster(c) => c.req_packed_command(cmd),
+        }
     }
-    Ok(out)
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        match self {
+            SyncConn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            SyncConn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            SyncConn::Single(c) => c.get_db(),
+            SyncConn::Cluster(c) => c.get_db(),
+        }
+    }
+
+    fn check_connection(&mut self) -> bool {
+        match self {
+            SyncConn::Single(c) => c.check_connection(),
+            SyncConn::Cluster(c) => c.check_connection(),
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        match self {
+            SyncConn::Single(c) => c.is_open(),
+            SyncConn::Cluster(c) => c.is_open(),
+        }
+    }
+}
+
+impl SyncConn {
+    /// Sends independent commands in one write and reads their answers in order. On a cluster
+    /// each command goes to the node of its key (a plain pipeline would go to one node only).
+    pub fn query_all<T: redis::FromRedisValue>(&mut self, cmds: Vec<Cmd>) -> RedisResult<Vec<T>> {
+        match self {
+            SyncConn::Single(c) => {
+                let mut p = redis::pipe();
+                for cmd in cmds {
+                    p.add_command(cmd);
+                }
+                p.query(c)
+            }
+            SyncConn::Cluster(c) => {
+                let mut p = redis::cluster::cluster_pipe();
+                for cmd in cmds {
+                    p.add_command(cmd);
+                }
+                p.query(c)
+            }
+        }
+    }
+}
+
+/// How a thread opens its blocking connection.
+enum SyncTarget {
+    Single(redis::Client),
+    Cluster(Box<redis::cluster::ClusterClient>),
+}
+
+impl SyncTarget {
+    fn connect(&self, connect_timeout: Duration, timeout: Duration) -> RedisResult<SyncConn> {
+        match self {
+            SyncTarget::Single(client) => {
+                let c = client.get_connection_with_timeout(connect_timeout)?;
+                c.set_read_timeout(Some(timeout))?;
+                c.set_write_timeout(Some(timeout))?;
+                Ok(SyncConn::Single(c))
+            }
+            SyncTarget::Cluster(client) => client
+                .get_connection()
+                .map(|c| SyncConn::Cluster(Box::new(c))),
+        }
+    }
+}
+
+/// Identifies a [`Redis`] in the threads' connection lists (a process may hold several: tests,
+/// or a configuration reloaded with another Redis).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's blocking connections, one per live [`Redis`] it has called (usually one).
+    /// An entry whose `Redis` is gone is dropped the next time the list changes.
+    static CONNS: RefCell<Vec<(u64, Weak<()>, SyncConn)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Consecutive connection failures after which calls fail fast for [`COOL_DOWN_MS`].
@@ -172,14 +260,21 @@ impl Health {
     }
 }
 
-/// The process's Redis client: its own I/O runtime, its connections, its health.
+/// The process's Redis client: the threads' blocking connections, the I/O runtime of detached
+/// writes and its multiplexed connections, and their shared health.
 pub struct Redis {
     /// `Option` only so that `Drop` can shut it down from any context.
     io: Option<tokio::runtime::Runtime>,
     handle: tokio::runtime::Handle,
     conns: Arc<ArcSwapOption<Vec<RedisConn>>>,
     next: AtomicUsize,
+    /// Where the threads' blocking connections go.
+    target: SyncTarget,
+    /// This client in the threads' connection lists; `alive` dies with it.
+    id: u64,
+    alive: Arc<()>,
     timeout: Duration,
+    connect_timeout: Duration,
     prefix: String,
     health: Arc<Health>,
 }
@@ -191,37 +286,6 @@ impl Drop for Redis {
             io.shutdown_background();
         }
     }
-}
-
-/// Wakes a parked thread.
-struct ThreadWaker(std::thread::Thread);
-
-impl std::task::Wake for ThreadWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-thread_local! {
-    static WAKER: std::task::Waker =
-        Arc::new(ThreadWaker(std::thread::current())).into();
-}
-
-/// Polls `fut` to completion on this thread, parking between polls.
-fn block_on<F: Future>(fut: F) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    WAKER.with(|w| {
-        let mut cx = std::task::Context::from_waker(w);
-        loop {
-            if let std::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-                return v;
-            }
-            std::thread::park();
-        }
-    })
 }
 
 /// Milliseconds on a monotonic clock (a wall-clock step must not stretch a cool-down).
@@ -263,12 +327,31 @@ impl Redis {
             .map_err(|e| format!("cannot start the Redis I/O runtime: {e}"))?;
         let conns: Arc<ArcSwapOption<Vec<RedisConn>>> = Arc::new(ArcSwapOption::empty());
         let handle = io.handle().clone();
+        let target = if s.cluster_nodes.is_empty() {
+            SyncTarget::Single(
+                redis::Client::open(s.url.as_str())
+                    .map_err(|e| format!("state.redis_url {:?}: {e}", s.url))?,
+            )
+        } else {
+            SyncTarget::Cluster(Box::new(
+                redis::cluster::ClusterClient::builder(s.cluster_nodes.clone())
+                    .connection_timeout(s.connect_timeout)
+                    .response_timeout(s.timeout)
+                    .retries(2)
+                    .build()
+                    .map_err(|e| format!("state.redis_cluster_nodes: {e}"))?,
+            ))
+        };
         let redis = Arc::new(Redis {
             io: Some(io),
             handle,
             conns: conns.clone(),
             next: AtomicUsize::new(0),
+            target,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            alive: Arc::new(()),
             timeout: s.timeout,
+            connect_timeout: s.connect_timeout,
             prefix: s.prefix.clone(),
             health: Arc::new(Health {
                 counters,
@@ -343,35 +426,66 @@ impl Redis {
         Ok(conns[i].clone())
     }
 
-    /// Runs `f`'s request on this thread and waits for its answer, at most the call timeout.
-    pub fn call<T, F, Fut>(&self, f: F) -> Result<T, StoreError>
-    where
-        F: FnOnce(RedisConn) -> Fut,
-        Fut: Future<Output = RedisResult<T>>,
-    {
-        let conn = self.conn()?;
+    /// This thread's blocking connection, taken out of its list for the call (a new one if the
+    /// thread has none, or its last one failed).
+    fn take_sync(&self) -> Result<SyncConn, StoreError> {
+        if self.cooling_down() {
+            self.health.counters.fast_failures.inc();
+            return Err(unavailable("unreachable (cooling down after failed calls)"));
+        }
+        let mine = CONNS.with(|list| {
+            let mut list = list.borrow_mut();
+            let i = list.iter().position(|(id, _, _)| *id == self.id)?;
+            Some(list.swap_remove(i).2)
+        });
+        if let Some(c) = mine {
+            return Ok(c);
+        }
+        let made = self.target.connect(self.connect_timeout, self.timeout);
+        if let Err(e) = &made {
+            self.health.counters.errors.inc();
+            self.health.trip();
+            return Err(unavailable(e));
+        }
+        made.map_err(unavailable)
+    }
+
+    /// Gives a healthy connection back to this thread's list (and forgets the connections of
+    /// clients that are gone).
+    fn put_sync(&self, c: SyncConn) {
+        CONNS.with(|list| {
+            let mut list = list.borrow_mut();
+            list.retain(|(_, alive, _)| alive.strong_count() > 0);
+            list.push((self.id, Arc::downgrade(&self.alive), c));
+        });
+    }
+
+    /// Runs `f` on this thread's blocking connection: at most the call timeout per read or write.
+    pub fn call<T>(
+        &self,
+        f: impl FnOnce(&mut SyncConn) -> RedisResult<T>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.take_sync()?;
         self.health.counters.calls.inc();
-        // Timers, reconnects and spawned sub-requests belong to the Redis runtime. Unconstrained:
-        // on an actix worker the poll would otherwise draw on that task's cooperative budget, and
-        // once it is spent tokio defers the wake-up to actix's scheduler — which is this very
-        // thread, parked below — so the call (and its timeout) would never complete.
-        let _ctx = self.handle.enter();
-        match block_on(tokio::task::unconstrained(tokio::time::timeout(
-            self.timeout,
-            f(conn),
-        ))) {
-            Ok(r) => {
-                self.health.record(&r);
-                r.map_err(unavailable)
-            }
-            Err(_) => {
+        let r = f(&mut conn);
+        match &r {
+            Err(e) if e.is_timeout() => {
+                // The answer may still arrive: this connection is out of step, drop it.
                 self.health.timed_out();
-                Err(unavailable(format!(
+                return Err(unavailable(format!(
                     "no answer within {} ms",
                     self.timeout.as_millis()
-                )))
+                )));
+            }
+            Err(e) if is_connection_error(e) || !redis::ConnectionLike::is_open(&conn) => {
+                self.health.record(&r);
+            }
+            _ => {
+                self.health.record(&r);
+                self.put_sync(conn);
             }
         }
+        r.map_err(unavailable)
     }
 
     /// Runs `f` on the I/O runtime without waiting (best-effort writes nobody waits for).

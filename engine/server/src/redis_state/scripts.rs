@@ -58,7 +58,9 @@ return {0, retry}
 /// count `c` and the previous window's count `p`; the answer weighs `p` by the part of the previous
 /// window still inside the sliding one (the same arithmetic as the in-process limiter).
 ///
-/// KEYS[1]; ARGV: now (ms), window (ms), n (0 = read only, nothing is created).
+/// KEYS[1]; ARGV: now (ms), window (ms), n (0 = read only, nothing is created). The stores send
+/// only additions here: a read is a plain `HMGET` of the four fields, computed by the engine with
+/// `rampart_core::limits::window_estimate` (no script for what changes nothing).
 pub static WINDOW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"

@@ -21,13 +21,12 @@ use std::sync::{Arc, Mutex};
 use rampart_core::bloom::SlicedBloomConfig;
 use rampart_core::fingerprint::FingerprintStore;
 use rampart_core::hll::DistinctStore;
-use rampart_core::limits::{Gcra, LimiterStore};
+use rampart_core::limits::{window_estimate, Gcra, LimiterStore, StoredWindow};
 use rampart_core::nonce::{NonceStats, NonceStore, NonceVerdict, StoreError};
 use rampart_core::quota::{Claim, QuotaStore};
-use redis::AsyncCommands;
 use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64, xxh3_64_with_seed};
 
-use super::{join_all, scripts, Redis};
+use super::{scripts, Redis};
 
 const MAX_KEY: usize = 200;
 
@@ -45,15 +44,14 @@ fn invalid(msg: &str) -> StoreError {
 
 /// `SET key 1 NX PX ttl`: true when the key was absent (and is now set).
 fn set_nx_px(redis: &Redis, key: String, ttl_ms: i64) -> Result<bool, StoreError> {
-    let set: Option<String> = redis.call(move |mut c| async move {
+    let set: Option<String> = redis.call(move |c| {
         redis::cmd("SET")
             .arg(key)
             .arg(1)
             .arg("NX")
             .arg("PX")
             .arg(ttl_ms)
-            .query_async(&mut c)
-            .await
+            .query(c)
     })?;
     Ok(set.is_some())
 }
@@ -90,14 +88,13 @@ impl LayoutGuard {
             return Err(StoreError::Unavailable(m.clone()));
         }
         let (key, mine) = (self.key.clone(), self.mine.clone());
-        let theirs: Option<String> = redis.call(move |mut c| async move {
+        let theirs: Option<String> = redis.call(move |c| {
             redis::cmd("SET")
                 .arg(&key)
                 .arg(mine)
                 .arg("NX")
-                .query_async::<Option<String>>(&mut c)
-                .await?;
-            redis::cmd("GET").arg(&key).query_async(&mut c).await
+                .query::<Option<String>>(c)?;
+            redis::cmd("GET").arg(&key).query(c)
         })?;
         match theirs {
             Some(t) if t != self.mine => {
@@ -326,13 +323,13 @@ impl NonceStore for RedisNonces {
                 let (shard, offs) = l.probes(app, nonce);
                 let key = format!("{p}:nb:{app}:{slice}:{shard}");
                 let bytes = l.bytes_per_shard();
-                let seen: i64 = self.redis.call(move |mut c| async move {
+                let seen: i64 = self.redis.call(move |c| {
                     let mut inv = scripts::NONCE_BLOOM.key(key);
                     inv.arg(ttl).arg(bytes);
                     for o in offs {
                         inv.arg("SET").arg("u1").arg(o).arg(1);
                     }
-                    inv.invoke_async(&mut c).await
+                    inv.invoke(c)
                 })?;
                 Ok(if seen == 1 {
                     NonceVerdict::Replay
@@ -375,12 +372,10 @@ impl RedisNonces {
         let slice = (now_ms - l.slice_ms).div_euclid(l.slice_ms);
         let shard = self.stats_probe.fetch_add(1, Ordering::Relaxed) % l.shards;
         let key = format!("{}:nb:{app}:{slice}:{shard}", self.redis.prefix());
-        let Ok(ones) = self.redis.call(move |mut c| async move {
-            redis::cmd("BITCOUNT")
-                .arg(key)
-                .query_async::<u64>(&mut c)
-                .await
-        }) else {
+        let Ok(ones) = self
+            .redis
+            .call(move |c| redis::cmd("BITCOUNT").arg(key).query::<u64>(c))
+        else {
             return;
         };
         let m = l.bits_per_shard as f64;
@@ -443,8 +438,9 @@ impl RedisLimiter {
     }
 }
 
-async fn window(
-    mut c: super::RedisConn,
+/// Adds `n` (≠ 0) to a sliding-window counter and returns its estimate (one atomic script).
+fn window_add(
+    c: &mut super::SyncConn,
     key: String,
     now_ms: i64,
     window_ms: i64,
@@ -455,8 +451,35 @@ async fn window(
         .arg(now_ms)
         .arg(window_ms)
         .arg(n)
-        .invoke_async(&mut c)
-        .await
+        .invoke(c)
+}
+
+/// Reads a sliding-window counter without changing it: a plain `HMGET` of its four numbers, with
+/// the estimate computed here (the same arithmetic as the in-process limiter) — no script.
+fn window_read(key: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("HMGET");
+    cmd.arg(key).arg("s").arg("w").arg("c").arg("p");
+    cmd
+}
+
+/// The stored window from an `HMGET s w c p` answer (absent or unreadable: nothing stored).
+fn stored_window(fields: &[Option<String>]) -> Option<StoredWindow> {
+    // The script writes Lua numbers: integers, possibly printed as floats.
+    let num = |i: usize| -> Option<i64> {
+        let v = fields.get(i)?.as_deref()?;
+        v.parse::<i64>().ok().or_else(|| {
+            v.parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite())
+                .map(|f| f as i64)
+        })
+    };
+    Some(StoredWindow {
+        start: num(0)?,
+        window: num(1)?,
+        cur: num(2).unwrap_or(0),
+        prev: num(3).unwrap_or(0),
+    })
 }
 
 impl LimiterStore for RedisLimiter {
@@ -475,15 +498,9 @@ impl LimiterStore for RedisLimiter {
         let t = 1000.0 / rate_per_sec;
         let tau = t * burst as f64;
         let key = format!("{}:g:{}", self.redis.prefix(), key_part(key));
-        let (allowed, retry): (i64, i64) = self.redis.call(move |mut c| async move {
-            scripts::GCRA
-                .key(key)
-                .arg(now_ms)
-                .arg(t)
-                .arg(tau)
-                .invoke_async(&mut c)
-                .await
-        })?;
+        let (allowed, retry): (i64, i64) = self
+            .redis
+            .call(move |c| scripts::GCRA.key(key).arg(now_ms).arg(t).arg(tau).invoke(c))?;
         Ok(Gcra {
             allowed: allowed == 1,
             retry_after_ms: retry.max(0) as u64,
@@ -499,7 +516,7 @@ impl LimiterStore for RedisLimiter {
         }
         let key = self.window_key(key);
         self.redis
-            .call(move |c| window(c, key, now_ms, window_ms, n))
+            .call(move |c| window_add(c, key, now_ms, window_ms, n))
     }
 
     fn get(&self, key: &str, now_ms: i64, window_ms: i64) -> Result<i64, StoreError> {
@@ -507,8 +524,8 @@ impl LimiterStore for RedisLimiter {
             return Err(invalid("counter windows must be positive"));
         }
         let key = self.window_key(key);
-        self.redis
-            .call(move |c| window(c, key, now_ms, window_ms, 0))
+        let fields: Vec<Option<String>> = self.redis.call(move |c| window_read(&key).query(c))?;
+        Ok(window_estimate(stored_window(&fields), now_ms, window_ms))
     }
 
     fn get_many(
@@ -520,13 +537,15 @@ impl LimiterStore for RedisLimiter {
         if window_ms <= 0 {
             return Err(invalid("counter windows must be positive"));
         }
-        let keys: Vec<String> = keys.iter().map(|k| self.window_key(k)).collect();
-        self.redis.call(move |c| {
-            join_all(
-                keys.into_iter()
-                    .map(move |k| window(c.clone(), k, now_ms, window_ms, 0)),
-            )
-        })
+        let cmds: Vec<redis::Cmd> = keys
+            .iter()
+            .map(|k| window_read(&self.window_key(k)))
+            .collect();
+        let answers: Vec<Vec<Option<String>>> = self.redis.call(move |c| c.query_all(cmds))?;
+        Ok(answers
+            .iter()
+            .map(|fields| window_estimate(stored_window(fields), now_ms, window_ms))
+            .collect())
     }
 
     fn incr_detached(&self, key: &str, now_ms: i64, window_ms: i64, n: i64) {
@@ -534,8 +553,16 @@ impl LimiterStore for RedisLimiter {
             return;
         }
         let key = self.window_key(key);
-        self.redis
-            .send(move |c| async move { window(c, key, now_ms, window_ms, n).await.map(|_| ()) });
+        self.redis.send(move |mut c| async move {
+            scripts::WINDOW
+                .key(key)
+                .arg(now_ms)
+                .arg(window_ms)
+                .arg(n)
+                .invoke_async::<i64>(&mut c)
+                .await
+                .map(|_| ())
+        });
     }
 
     fn maintain(&self, _now_ms: i64) {}
@@ -572,14 +599,13 @@ impl RedisDistinct {
         let prev = format!("{tag}:{}", start - window_ms);
         let ttl = start + 2 * window_ms - now_ms + 1;
         let item = item.to_string();
-        self.redis.call(move |mut c| async move {
+        self.redis.call(move |c| {
             scripts::DISTINCT
                 .key(cur)
                 .key(prev)
                 .arg(item)
                 .arg(ttl)
-                .invoke_async(&mut c)
-                .await
+                .invoke(c)
         })
     }
 }
@@ -702,7 +728,7 @@ impl RedisQuotas {
             let (holders, granted) = self.keys(pool, seg);
             let user = key_part(user).into_owned();
             let ttl = self.ttl_ms;
-            let (status, remaining): (i64, i64) = self.redis.call(move |mut c| async move {
+            let (status, remaining): (i64, i64) = self.redis.call(move |c| {
                 scripts::CLAIM
                     .key(holders)
                     .key(granted)
@@ -710,8 +736,7 @@ impl RedisQuotas {
                     .arg(share)
                     .arg(ttl)
                     .arg(if peek { 1 } else { 0 })
-                    .invoke_async(&mut c)
-                    .await
+                    .invoke(c)
             })?;
             match status {
                 0 => {
@@ -743,12 +768,15 @@ impl QuotaStore for RedisQuotas {
             return Err(invalid("claimed needs a pool"));
         }
         let keys: Vec<String> = (0..self.segments).map(|s| self.keys(pool, s).1).collect();
-        let counts: Vec<Option<u64>> = self.redis.call(move |c| {
-            join_all(keys.into_iter().map(move |k| {
-                let mut c = c.clone();
-                async move { c.get::<_, Option<u64>>(k).await }
-            }))
-        })?;
+        let cmds: Vec<redis::Cmd> = keys
+            .iter()
+            .map(|k| {
+                let mut cmd = redis::cmd("GET");
+                cmd.arg(k);
+                cmd
+            })
+            .collect();
+        let counts: Vec<Option<u64>> = self.redis.call(move |c| c.query_all(cmds))?;
         Ok(counts.into_iter().flatten().sum())
     }
 
