@@ -53,6 +53,8 @@ pub struct Metrics {
     /// Admin calls refused for missing or wrong credentials (including throttled logins).
     pub auth_failures: Counter,
     ruleset_rules: Gauge,
+    /// Versions the control plane keeps compiled (bounded).
+    pub ruleset_compiled_versions: Gauge,
     rule_evaluations: Gauge,
     rule_errors: Gauge,
     ruleset_info: Family<Vec<(&'static str, String)>, Gauge>,
@@ -295,6 +297,7 @@ impl Metrics {
         let ruleset_swaps = Counter::default();
         let ruleset_rejected = Counter::default();
         let ruleset_rules = Gauge::default();
+        let ruleset_compiled_versions = Gauge::default();
         let rule_evaluations = Gauge::default();
         let rule_errors = Gauge::default();
         let ruleset_info = Family::<Vec<(&'static str, String)>, Gauge>::default();
@@ -324,6 +327,11 @@ impl Metrics {
             "ruleset_rules",
             "Rules in the live set",
             ruleset_rules.clone(),
+        );
+        registry.register(
+            "ruleset_compiled_versions",
+            "Rule-set versions kept compiled for rollouts, regressions and rollbacks (at most 16)",
+            ruleset_compiled_versions.clone(),
         );
         registry.register(
             "rule_evaluations",
@@ -383,6 +391,7 @@ impl Metrics {
             redis,
             redis_up,
             local_state_peers,
+            ruleset_compiled_versions,
         }
     }
 

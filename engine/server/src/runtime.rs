@@ -414,6 +414,9 @@ impl Runtime {
             .log_queue_depth
             .set(self.log.queue_depth() as i64);
         self.metrics.update_rules(&self.engine.rules().snapshot());
+        self.metrics
+            .ruleset_compiled_versions
+            .set(self.control.compiled_versions() as i64);
     }
 
     /// Samples the fill of the shared Bloom filter (one app per call, in turn).

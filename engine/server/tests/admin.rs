@@ -1249,3 +1249,45 @@ fn validate_locates_problems_without_storing_and_traces_show_every_step_and_rule
     assert!(!text.contains("admin-test-secret"), "{text}");
     assert!(!text.contains("argon2"), "{text}");
 }
+
+/// Every uploaded version is compiled (validation needs it) and kept compiled for rollouts; the
+/// cache holds at most 16 versions. Before the bound covered uploads, each one kept about half a
+/// MiB for good (the 30-minute soak's memory grew with every rule-set swap).
+#[test]
+fn compiled_rule_sets_stay_bounded_however_many_versions_are_uploaded() {
+    let d = temp_dir("admin-compiled");
+    let e = Engine::start(&d, "compiled", &config(&d, ""));
+    let compiled = |e: &Engine| -> i64 {
+        e.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix("rampart_ruleset_compiled_versions "))
+            .expect("the gauge is exported")
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let mut versions = Vec::new();
+    for i in 0..40 {
+        let body = format!("if req.path == \"/blocked-{i}\" {{ deny(\"no\") }}");
+        versions.push(upload(
+            &e,
+            "alice",
+            json!({"edge/x.rhai": rule("x", &body)}),
+        ));
+        let n = compiled(&e);
+        assert!(
+            (1..=16).contains(&n),
+            "{n} versions compiled after {} uploads",
+            i + 1
+        );
+    }
+    // Distinct versions, every one still usable (a version evicted from the cache compiles again).
+    versions.sort();
+    versions.dedup();
+    assert_eq!(versions.len(), 40);
+    assert_eq!(
+        stage(&e, "alice", &versions[0], "canary", Some(10.0)).0,
+        200
+    );
+    assert!(compiled(&e) <= 16);
+}

@@ -293,6 +293,11 @@ impl Control {
         c.insert(version.to_string(), set);
     }
 
+    /// How many versions are kept compiled (the `rampart_ruleset_compiled_versions` gauge).
+    pub fn compiled_versions(&self) -> usize {
+        self.lock_compiled().len()
+    }
+
     fn lock_compiled(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<RuleSet>>> {
         self.compiled.lock().unwrap_or_else(|e| e.into_inner())
     }
