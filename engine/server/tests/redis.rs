@@ -370,6 +370,36 @@ fn window_reads_match_the_in_process_limiter(redis: RedisSettings) {
     );
 }
 
+/// Each worker thread keeps its own connection. One Redis closed while it sat idle (`timeout`, or
+/// a proxy's idle limit) is checked and replaced before use: no decision fails for it.
+#[test]
+fn a_connection_closed_while_idle_costs_no_call() {
+    let redis = RedisServer::start();
+    assert_eq!(redis.cli(&["CONFIG", "SET", "timeout", "1"]), "OK");
+    let counters = RedisCounters::default();
+    let client = Redis::start(&node_settings(&redis.url()), counters.clone()).unwrap();
+    let limiter = RedisLimiter::new(client);
+    let now = now_ms();
+    assert_eq!(limiter.incr("idle", now, 600_000, 1).unwrap(), 1);
+    let ours = |list: String| list.lines().filter(|l| l.contains("cmd=evalsha")).count();
+    assert_eq!(
+        ours(redis.cli(&["CLIENT", "LIST"])),
+        1,
+        "this thread's connection"
+    );
+    // Redis closes clients idle for more than a second (it checks a few times a second).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ours(redis.cli(&["CLIENT", "LIST"])) != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "redis did not close the idle connection"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(limiter.incr("idle", now + 1, 600_000, 1).unwrap(), 2);
+    assert_eq!(counters.errors.get(), 0, "no call failed");
+}
+
 fn node_settings(url: &str) -> RedisSettings {
     RedisSettings {
         url: url.into(),

@@ -40,7 +40,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use prometheus_client::metrics::counter::Counter;
@@ -201,11 +201,21 @@ impl SyncTarget {
 /// or a configuration reloaded with another Redis).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// A thread's connection to one [`Redis`]: the client's id, whether it is alive, the connection,
+/// when it was last used.
+type ThreadConn = (u64, Weak<()>, SyncConn, Instant);
+
 thread_local! {
-    /// This thread's blocking connections, one per live [`Redis`] it has called (usually one).
-    /// An entry whose `Redis` is gone is dropped the next time the list changes.
-    static CONNS: RefCell<Vec<(u64, Weak<()>, SyncConn)>> = const { RefCell::new(Vec::new()) };
+    /// This thread's blocking connections, one per live [`Redis`] it has called (usually one),
+    /// with when each was last used. An entry whose `Redis` is gone is dropped the next time the
+    /// list changes.
+    static CONNS: RefCell<Vec<ThreadConn>> = const { RefCell::new(Vec::new()) };
 }
+
+/// A connection idle for longer is checked with a `PING` before use: Redis (`timeout`) or a proxy
+/// may have closed it meanwhile, and a decision must not fail for a connection that merely aged.
+/// Under load every connection is in use and pays nothing.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// Consecutive connection failures after which calls fail fast for [`COOL_DOWN_MS`].
 const TRIP_AFTER: u32 = 3;
@@ -435,11 +445,15 @@ impl Redis {
         }
         let mine = CONNS.with(|list| {
             let mut list = list.borrow_mut();
-            let i = list.iter().position(|(id, _, _)| *id == self.id)?;
-            Some(list.swap_remove(i).2)
+            let i = list.iter().position(|(id, ..)| *id == self.id)?;
+            let (_, _, c, used) = list.swap_remove(i);
+            Some((c, used))
         });
-        if let Some(c) = mine {
-            return Ok(c);
+        if let Some((mut c, used)) = mine {
+            if used.elapsed() < IDLE_CHECK || redis::ConnectionLike::check_connection(&mut c) {
+                return Ok(c);
+            }
+            // Closed while idle: connect afresh below.
         }
         let made = self.target.connect(self.connect_timeout, self.timeout);
         if let Err(e) = &made {
@@ -455,8 +469,8 @@ impl Redis {
     fn put_sync(&self, c: SyncConn) {
         CONNS.with(|list| {
             let mut list = list.borrow_mut();
-            list.retain(|(_, alive, _)| alive.strong_count() > 0);
-            list.push((self.id, Arc::downgrade(&self.alive), c));
+            list.retain(|(_, alive, ..)| alive.strong_count() > 0);
+            list.push((self.id, Arc::downgrade(&self.alive), c, Instant::now()));
         });
     }
 
