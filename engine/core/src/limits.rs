@@ -66,20 +66,15 @@ pub trait LimiterStore: Send + Sync {
 enum Cell {
     /// GCRA: theoretical arrival time (ms, fractional) and when the state becomes irrelevant.
     Gcra { tat: f64 },
-    /// Sliding window: start of the current fixed window, its count, the previous window's count.
-    Window {
-        start: i64,
-        window: i64,
-        cur: i64,
-        prev: i64,
-    },
+    /// Sliding window.
+    Window(StoredWindow),
 }
 
 impl Cell {
     fn expired(&self, now_ms: i64) -> bool {
         match *self {
             Cell::Gcra { tat } => tat < now_ms as f64,
-            Cell::Window { start, window, .. } => now_ms >= start + 2 * window,
+            Cell::Window(w) => now_ms >= w.start + 2 * w.window,
         }
     }
 }
@@ -209,22 +204,22 @@ impl LimiterStore for LocalLimiter {
             ));
         }
         let aligned = now_ms.div_euclid(window_ms) * window_ms;
-        let init = Cell::Window {
+        let init = Cell::Window(StoredWindow {
             start: aligned,
             window: window_ms,
             cur: 0,
             prev: 0,
-        };
+        });
         self.with_cell(key, now_ms, init, |cell| {
-            let Cell::Window {
+            let Cell::Window(w) = cell else {
+                unreachable!("initialised as a window")
+            };
+            let StoredWindow {
                 start,
                 window,
                 cur,
                 prev,
-            } = cell
-            else {
-                unreachable!("initialised as a window")
-            };
+            } = w;
             if *window != window_ms {
                 *start = aligned;
                 *window = window_ms;
@@ -241,8 +236,7 @@ impl LimiterStore for LocalLimiter {
                 *start = aligned;
             }
             *cur = cur.saturating_add(n);
-            let elapsed = (now_ms - *start) as f64 / window_ms as f64;
-            (*prev as f64 * (1.0 - elapsed)).round() as i64 + *cur
+            window_estimate(Some(*w), now_ms, window_ms)
         })
     }
 
@@ -253,17 +247,7 @@ impl LimiterStore for LocalLimiter {
             ));
         }
         let stored = match self.cells.update(key, |c| *c) {
-            Some(Cell::Window {
-                start,
-                window,
-                cur,
-                prev,
-            }) => Some(StoredWindow {
-                start,
-                window,
-                cur,
-                prev,
-            }),
+            Some(Cell::Window(w)) => Some(w),
             _ => None,
         };
         Ok(window_estimate(stored, now_ms, window_ms))

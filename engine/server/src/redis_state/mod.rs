@@ -423,11 +423,17 @@ impl Redis {
         mono_ms() < self.health.open_until_ms.load(Ordering::Relaxed)
     }
 
-    fn conn(&self) -> Result<RedisConn, StoreError> {
+    /// Fails fast (and counts it) during a cool-down.
+    fn refuse_while_cooling_down(&self) -> Result<(), StoreError> {
         if self.cooling_down() {
             self.health.counters.fast_failures.inc();
             return Err(unavailable("unreachable (cooling down after failed calls)"));
         }
+        Ok(())
+    }
+
+    fn conn(&self) -> Result<RedisConn, StoreError> {
+        self.refuse_while_cooling_down()?;
         let guard = self.conns.load();
         let conns = guard
             .as_ref()
@@ -439,10 +445,7 @@ impl Redis {
     /// This thread's blocking connection, taken out of its list for the call (a new one if the
     /// thread has none, or its last one failed).
     fn take_sync(&self) -> Result<SyncConn, StoreError> {
-        if self.cooling_down() {
-            self.health.counters.fast_failures.inc();
-            return Err(unavailable("unreachable (cooling down after failed calls)"));
-        }
+        self.refuse_while_cooling_down()?;
         let mine = CONNS.with(|list| {
             let mut list = list.borrow_mut();
             let i = list.iter().position(|(id, ..)| *id == self.id)?;
@@ -455,13 +458,13 @@ impl Redis {
             }
             // Closed while idle: connect afresh below.
         }
-        let made = self.target.connect(self.connect_timeout, self.timeout);
-        if let Err(e) = &made {
-            self.health.counters.errors.inc();
-            self.health.trip();
-            return Err(unavailable(e));
-        }
-        made.map_err(unavailable)
+        self.target
+            .connect(self.connect_timeout, self.timeout)
+            .map_err(|e| {
+                self.health.counters.errors.inc();
+                self.health.trip();
+                unavailable(e)
+            })
     }
 
     /// Gives a healthy connection back to this thread's list (and forgets the connections of

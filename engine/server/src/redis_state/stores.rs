@@ -438,20 +438,16 @@ impl RedisLimiter {
     }
 }
 
-/// Adds `n` (≠ 0) to a sliding-window counter and returns its estimate (one atomic script).
+/// Adds `n` (≠ 0) to a sliding-window counter; the script answers its estimate (one atomic step).
 fn window_add(
-    c: &mut super::SyncConn,
     key: String,
     now_ms: i64,
     window_ms: i64,
     n: i64,
-) -> redis::RedisResult<i64> {
-    scripts::WINDOW
-        .key(key)
-        .arg(now_ms)
-        .arg(window_ms)
-        .arg(n)
-        .invoke(c)
+) -> redis::ScriptInvocation<'static> {
+    let mut inv = scripts::WINDOW.key(key);
+    inv.arg(now_ms).arg(window_ms).arg(n);
+    inv
 }
 
 /// Reads a sliding-window counter without changing it: a plain `HMGET` of its four numbers, with
@@ -516,7 +512,7 @@ impl LimiterStore for RedisLimiter {
         }
         let key = self.window_key(key);
         self.redis
-            .call(move |c| window_add(c, key, now_ms, window_ms, n))
+            .call(move |c| window_add(key, now_ms, window_ms, n).invoke(c))
     }
 
     fn get(&self, key: &str, now_ms: i64, window_ms: i64) -> Result<i64, StoreError> {
@@ -554,11 +550,7 @@ impl LimiterStore for RedisLimiter {
         }
         let key = self.window_key(key);
         self.redis.send(move |mut c| async move {
-            scripts::WINDOW
-                .key(key)
-                .arg(now_ms)
-                .arg(window_ms)
-                .arg(n)
+            window_add(key, now_ms, window_ms, n)
                 .invoke_async::<i64>(&mut c)
                 .await
                 .map(|_| ())
