@@ -39,6 +39,7 @@
 //! - strict variables — a typo in a variable name is a compile error, not a runtime surprise.
 
 pub mod lists;
+mod precheck;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -134,6 +135,8 @@ struct Rule {
     /// The script answers with an outcome on every run (an outcome call outside any block).
     always_terminal: bool,
     ast: AST,
+    /// Answers "no match" natively for most requests (see `precheck`).
+    precheck: Option<precheck::Precheck>,
     errors: AtomicU64,
     hits: AtomicU64,
 }
@@ -928,6 +931,8 @@ pub struct RuleSet {
     id: u64,
     version: String,
     engine: rhai::Engine,
+    /// The lists the helpers read (also read by the rules' pre-checks).
+    lists: Arc<Lists>,
     state: Option<RuleState>,
     tiers: [TierIndex; 3],
     settings: RuleSettings,
@@ -1328,10 +1333,12 @@ pub fn content_version(sources: &[Source]) -> String {
 impl RuleSet {
     /// The empty rule set: every tier passes.
     pub fn empty(settings: RuleSettings) -> RuleSet {
+        let lists = Arc::new(Lists::default());
         RuleSet {
             id: next_set_id(),
             version: "none".into(),
-            engine: build_engine(Arc::new(Lists::default()), None),
+            engine: build_engine(lists.clone(), None),
+            lists,
             state: None,
             tiers: [
                 TierIndex::build(Vec::new()),
@@ -1396,7 +1403,8 @@ impl RuleSet {
                 )),
             }
         }
-        let engine = build_engine(Arc::new(lists), Some(state.clone()));
+        let lists = Arc::new(lists);
+        let engine = build_engine(lists.clone(), Some(state.clone()));
 
         let mut per_tier: [Vec<Rule>; 3] = [Vec::new(), Vec::new(), Vec::new()];
         let mut names: HashMap<String, String> = HashMap::new();
@@ -1442,6 +1450,7 @@ impl RuleSet {
                 per_tier[tier.index()].push(Rule {
                     meta,
                     always_terminal: always_terminal(&s.text),
+                    precheck: precheck::Precheck::compile(&ast),
                     ast,
                     errors: AtomicU64::new(0),
                     hits: AtomicU64::new(0),
@@ -1469,6 +1478,7 @@ impl RuleSet {
             id: next_set_id(),
             version,
             engine,
+            lists,
             state: Some(state.clone()),
             tiers: [
                 TierIndex::build(e),
@@ -1519,8 +1529,20 @@ impl RuleSet {
         )
     }
 
-    fn eval(&self, rule: &Rule, scope: &mut Scope<'_>) -> Result<Option<Outcome>, String> {
+    fn eval(
+        &self,
+        rule: &Rule,
+        req: &Req,
+        scope: &mut Scope<'_>,
+    ) -> Result<Option<Outcome>, String> {
         self.evaluations.fetch_add(1, Ordering::Relaxed);
+        if rule
+            .precheck
+            .as_ref()
+            .is_some_and(|p| p.rules_out(req, &self.lists, self.engine.max_string_size()))
+        {
+            return Ok(None);
+        }
         let base = scope.len();
         let result = self.run(rule, scope);
         scope.rewind(base);
@@ -1599,7 +1621,7 @@ impl RuleSet {
             DEGRADED.with(|d| d.set(false));
             IN_SHADOW
                 .with(|f| f.set(rule.meta.mode == Mode::Shadow || SIMULATING.with(|s| s.get())));
-            let outcome = self.eval(rule, &mut scope);
+            let outcome = self.eval(rule, req, &mut scope);
             IN_SHADOW.with(|f| f.set(false));
             if let (Some(t), Some(started)) = (session.trace.as_deref_mut(), started) {
                 t.rule(
