@@ -14,8 +14,11 @@ pub fn init(level: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     *LEVEL.lock().unwrap_or_else(|e| e.into_inner()) = level.to_string();
+    // Colours only on a terminal: escape codes have no place in a log file or a collector, and
+    // styling every request span's fields costs time on each request.
     let base = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if json {
         let b = base

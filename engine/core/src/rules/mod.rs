@@ -936,6 +936,26 @@ pub struct RuleSet {
     state: Option<RuleState>,
     tiers: [TierIndex; 3],
     settings: RuleSettings,
+    counts: SetCounts,
+}
+
+/// Adds the evaluations it counted to the set's counter when the tier ends, however it ends.
+struct Tally<'a>(&'a AtomicU64, u64);
+
+impl Drop for Tally<'_> {
+    fn drop(&mut self) {
+        if self.1 > 0 {
+            self.0.fetch_add(self.1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The set's evaluation and error counters, written by every worker, on a cache line of their own:
+/// next to the read-mostly fields (the engine, the lists) they would make every rule's reads of
+/// those miss on the other cores.
+#[derive(Default)]
+#[repr(align(128))]
+struct SetCounts {
     evaluations: AtomicU64,
     errors: AtomicU64,
 }
@@ -1346,8 +1366,7 @@ impl RuleSet {
                 TierIndex::build(Vec::new()),
             ],
             settings,
-            evaluations: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
+            counts: SetCounts::default(),
         }
     }
 
@@ -1486,8 +1505,7 @@ impl RuleSet {
                 TierIndex::build(b),
             ],
             settings,
-            evaluations: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
+            counts: SetCounts::default(),
         })
     }
 
@@ -1524,8 +1542,8 @@ impl RuleSet {
     /// Total rule evaluations and errors (errors include bound violations).
     pub fn counters(&self) -> (u64, u64) {
         (
-            self.evaluations.load(Ordering::Relaxed),
-            self.errors.load(Ordering::Relaxed),
+            self.counts.evaluations.load(Ordering::Relaxed),
+            self.counts.errors.load(Ordering::Relaxed),
         )
     }
 
@@ -1535,7 +1553,6 @@ impl RuleSet {
         req: &Req,
         scope: &mut Scope<'_>,
     ) -> Result<Option<Outcome>, String> {
-        self.evaluations.fetch_add(1, Ordering::Relaxed);
         if rule
             .precheck
             .as_ref()
@@ -1598,6 +1615,8 @@ impl RuleSet {
         if ids.is_empty() {
             return None;
         }
+        // One write of the shared counter per tier, not one per rule (see `SetCounts`).
+        let mut tally = Tally(&self.counts.evaluations, 0);
         let mut scope = Scope::new();
         scope.push_constant("req", req.clone());
         EVAL_NOW.with(|n| n.set(req.now_ms));
@@ -1621,6 +1640,7 @@ impl RuleSet {
             DEGRADED.with(|d| d.set(false));
             IN_SHADOW
                 .with(|f| f.set(rule.meta.mode == Mode::Shadow || SIMULATING.with(|s| s.get())));
+            tally.1 += 1;
             let outcome = self.eval(rule, req, &mut scope);
             IN_SHADOW.with(|f| f.set(false));
             if let (Some(t), Some(started)) = (session.trace.as_deref_mut(), started) {
@@ -1638,7 +1658,7 @@ impl RuleSet {
                 Ok(o) => o,
                 Err(msg) => {
                     rule.errors.fetch_add(1, Ordering::Relaxed);
-                    self.errors.fetch_add(1, Ordering::Relaxed);
+                    self.counts.errors.fetch_add(1, Ordering::Relaxed);
                     session.errors += 1;
                     if let Some(store) = STORE_DOWN.with(|d| d.take()) {
                         if rule.meta.mode == Mode::Enforce {
