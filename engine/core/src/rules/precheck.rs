@@ -5,9 +5,9 @@
 //! Running such a rule through the interpreter costs 1–2 µs (each getter, operator and helper is
 //! a resolved, boxed call); reading the same fields here costs a few dozen nanoseconds.
 //!
-//! Compiled once per rule from its optimised AST. At decision time it evaluates the `let`
-//! initialisers and the conditions in the interpreter's order, with its short-circuits, over a
-//! small closed set of side-effect-free expressions: literals, `req` and its fields, `param` and
+//! Compiled once per rule from its optimised AST into a small tree of its own. At decision time
+//! it evaluates the `let` initialisers and the conditions in the interpreter's order, with its
+//! short-circuits, over a small closed set of side-effect-free expressions: literals, `req` and its fields, `param` and
 //! `header`, `len`, `type_of`, comparisons of two strings, two integers or two booleans, `!`,
 //! `&&`, `||`, and the pure helpers `in_list`, `contains_any`, `ip_in`, `waf`, `waf_part`,
 //! `waf_value`. Only when every condition is a definite `false` is the rule skipped, and then
@@ -20,16 +20,82 @@ use rhai::{ASTFlags, Dynamic, Expr, FnCallExpr, ImmutableString, Stmt, AST};
 
 use super::{Lists, ReqData};
 
-/// A rule's pre-check: its leading `let`s and the conditions of its final `if` chain.
+/// A rule's pre-check: its leading `let`s and the conditions of its final `if` chain, compiled.
 #[derive(Debug, Clone)]
 pub(super) struct Precheck {
-    lets: Vec<(ImmutableString, Expr)>,
-    conditions: Vec<Expr>,
+    lets: Vec<P>,
+    conditions: Vec<P>,
 }
 
-/// A value the pre-check can hold. Strings are borrowed from the rule's AST or the request
-/// where they can be: the AST is shared by every worker thread, and cloning its strings would
-/// bounce their reference counts between cores on every decision.
+/// A compiled pre-check expression. Names are resolved when the rule compiles (variables to
+/// `let` slots, properties to request fields, calls to helpers), and the tree is small and laid
+/// out together: walking Rhai's own AST instead missed the cache on nearly every node.
+#[derive(Debug, Clone)]
+enum P {
+    Unit,
+    Bool(bool),
+    Int(i64),
+    Float,
+    Str(Box<str>),
+    Req,
+    /// The value of the `let` in this slot.
+    Var(usize),
+    Field(Box<P>, Getter),
+    Len(Box<P>),
+    Param(Box<P>, Box<P>),
+    Header(Box<P>, Box<P>),
+    Not(Box<P>),
+    And(Vec<P>),
+    Or(Vec<P>),
+    Cmp(Op, Box<P>, Box<P>),
+    TypeOf(Box<P>),
+    /// `waf(r)`, or `waf_part(r)` when `true`.
+    Waf(Box<P>, bool),
+    WafValue(Box<P>),
+    List(ListFn, Box<P>, Box<P>),
+    /// Something the pre-check does not read: reaching it ends the pre-check ("run the rule").
+    Stop,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ListFn {
+    InList,
+    ContainsAny,
+    IpIn,
+}
+
+/// A request field's getter.
+type Getter = fn(&ReqData) -> &ImmutableString;
+
+/// The request's string getters, as the rule engine registers them.
+const FIELDS: [(&str, Getter); 13] = [
+    ("app", |r| &r.app),
+    ("method", |r| &r.method),
+    ("path", |r| &r.path),
+    ("query", |r| &r.query),
+    ("body", |r| &r.body),
+    ("user", |r| &r.user),
+    ("ip", |r| &r.ip),
+    ("device_id", |r| &r.device_id),
+    ("ja3", |r| &r.ja3),
+    ("country", |r| &r.country),
+    ("isp", |r| &r.isp),
+    ("device_type", |r| &r.device_type),
+    ("user_agent", |r| &r.user_agent),
+];
+
+/// A value the pre-check can hold. Strings are borrowed from the pre-check or the request where
+/// they can be.
 #[derive(Debug, Clone)]
 enum V<'a> {
     Unit,
@@ -68,10 +134,15 @@ impl Precheck {
             .filter(|s| !matches!(s, Stmt::Noop(_)))
             .collect();
         let (last, init) = stmts.split_last()?;
+        let mut names: Vec<&str> = Vec::with_capacity(init.len());
         let mut lets = Vec::with_capacity(init.len());
         for s in init {
             match s {
-                Stmt::Var(v, _, _) => lets.push((v.0.name.clone(), v.1.clone())),
+                Stmt::Var(v, _, _) => {
+                    // The initialiser sees the earlier lets only.
+                    lets.push(compile_expr(&v.1, &names));
+                    names.push(v.0.name.as_str());
+                }
                 _ => return None,
             }
         }
@@ -81,7 +152,7 @@ impl Precheck {
             let Stmt::If(flow, _) = stmt else {
                 return None;
             };
-            conditions.push(flow.expr.clone());
+            conditions.push(compile_expr(&flow.expr, &names));
             let rest: Vec<&Stmt> = flow
                 .branch
                 .iter()
@@ -104,9 +175,9 @@ impl Precheck {
             max_string,
             vars: Vec::with_capacity(self.lets.len()),
         };
-        for (name, init) in &self.lets {
+        for init in &self.lets {
             match cx.eval(init) {
-                Some(v) => cx.vars.push((name.as_str(), v)),
+                Some(v) => cx.vars.push(v),
                 None => return false,
             }
         }
@@ -116,35 +187,142 @@ impl Precheck {
     }
 }
 
+/// Compiles `e`, where `names` are the `let`s in scope (the last one of a name wins).
+fn compile_expr(e: &Expr, names: &[&str]) -> P {
+    let b = |e: &Expr| Box::new(compile_expr(e, names));
+    match e {
+        Expr::Unit(_) => P::Unit,
+        Expr::BoolConstant(v, _) => P::Bool(*v),
+        Expr::IntegerConstant(i, _) => P::Int(*i),
+        Expr::FloatConstant(..) => P::Float,
+        Expr::StringConstant(s, _) => P::Str(s.as_str().into()),
+        Expr::Variable(v, _, _) => {
+            let name = v.1.as_str();
+            match names.iter().rposition(|n| *n == name) {
+                Some(slot) => P::Var(slot),
+                None if name == "req" => P::Req,
+                None => P::Stop,
+            }
+        }
+        Expr::Dot(d, flags, _) if !flags.contains(ASTFlags::NEGATED) => {
+            chain(compile_expr(&d.lhs, names), &d.rhs, names)
+        }
+        Expr::And(list, _) => P::And(list.iter().map(|x| compile_expr(x, names)).collect()),
+        Expr::Or(list, _) => P::Or(list.iter().map(|x| compile_expr(x, names)).collect()),
+        Expr::FnCall(call, _) => {
+            let args = call.args.as_slice();
+            if call.op_token.is_some() {
+                let op = match call.name.as_str() {
+                    "==" => Op::Eq,
+                    "!=" => Op::Ne,
+                    "<" => Op::Lt,
+                    "<=" => Op::Le,
+                    ">" => Op::Gt,
+                    ">=" => Op::Ge,
+                    "!" => {
+                        return match args {
+                            [a] => P::Not(b(a)),
+                            _ => P::Stop,
+                        }
+                    }
+                    _ => return P::Stop,
+                };
+                return match args {
+                    [x, y] => P::Cmp(op, b(x), b(y)),
+                    _ => P::Stop,
+                };
+            }
+            match (call.name.as_str(), args) {
+                ("type_of", [a]) => P::TypeOf(b(a)),
+                ("waf", [r]) => P::Waf(b(r), false),
+                ("waf_part", [r]) => P::Waf(b(r), true),
+                ("waf_value", [v]) => P::WafValue(b(v)),
+                ("in_list", [l, v]) => P::List(ListFn::InList, b(l), b(v)),
+                ("contains_any", [l, v]) => P::List(ListFn::ContainsAny, b(l), b(v)),
+                ("ip_in", [l, v]) => P::List(ListFn::IpIn, b(l), b(v)),
+                _ => P::Stop,
+            }
+        }
+        _ => P::Stop,
+    }
+}
+
+/// `base.rhs`, where `rhs` is a property, a method call, or a further `.` chain.
+fn chain(base: P, rhs: &Expr, names: &[&str]) -> P {
+    match rhs {
+        Expr::Property(p, _) => {
+            let name = p.2.as_str();
+            if name == "len" {
+                return P::Len(Box::new(base));
+            }
+            match FIELDS.iter().find(|(n, _)| *n == name) {
+                Some((_, get)) => P::Field(Box::new(base), *get),
+                None => P::Stop,
+            }
+        }
+        Expr::MethodCall(call, _) => method(base, call, names),
+        Expr::Dot(d, flags, _) if !flags.contains(ASTFlags::NEGATED) => {
+            let v = chain(base, &d.lhs, names);
+            chain(v, &d.rhs, names)
+        }
+        _ => P::Stop,
+    }
+}
+
+fn method(base: P, call: &FnCallExpr, names: &[&str]) -> P {
+    match (call.name.as_str(), call.args.as_slice()) {
+        ("param", [name]) => P::Param(Box::new(base), Box::new(compile_expr(name, names))),
+        ("header", [name]) => P::Header(Box::new(base), Box::new(compile_expr(name, names))),
+        ("len", []) => P::Len(Box::new(base)),
+        _ => P::Stop,
+    }
+}
+
 struct Cx<'a> {
     req: &'a ReqData,
     lists: &'a Lists,
     max_string: usize,
-    vars: Vec<(&'a str, V<'a>)>,
+    vars: Vec<V<'a>>,
 }
 
 impl<'a> Cx<'a> {
-    fn eval(&self, e: &'a Expr) -> Option<V<'a>> {
-        match e {
-            Expr::Unit(_) => Some(V::Unit),
-            Expr::BoolConstant(b, _) => Some(V::Bool(*b)),
-            Expr::IntegerConstant(i, _) => Some(V::Int(*i)),
-            Expr::FloatConstant(..) => Some(V::Float),
-            Expr::StringConstant(s, _) => Some(V::Str(s.as_str())),
-            Expr::Variable(v, _, _) => {
-                let name = v.1.as_str();
-                match self.vars.iter().rev().find(|(n, _)| *n == name) {
-                    Some((_, v)) => Some(v.clone()),
-                    None if name == "req" => Some(V::Req),
-                    None => None,
-                }
+    fn eval(&self, p: &'a P) -> Option<V<'a>> {
+        match p {
+            P::Unit => Some(V::Unit),
+            P::Bool(b) => Some(V::Bool(*b)),
+            P::Int(i) => Some(V::Int(*i)),
+            P::Float => Some(V::Float),
+            P::Str(s) => Some(V::Str(s)),
+            P::Req => Some(V::Req),
+            P::Var(slot) => self.vars.get(*slot).cloned(),
+            P::Field(base, get) => match self.eval(base)? {
+                V::Req => self.string(V::Str(get(self.req).as_str())),
+                _ => None,
+            },
+            P::Len(base) => {
+                let v = self.eval(base)?;
+                Some(V::Int(str_len(v.as_str()?)))
             }
-            Expr::Dot(b, flags, _) if !flags.contains(ASTFlags::NEGATED) => {
-                let base = self.eval(&b.lhs)?;
-                self.chain(base, &b.rhs)
+            P::Param(base, name) => {
+                let V::Req = self.eval(base)? else {
+                    return None;
+                };
+                let name = self.eval(name)?;
+                self.dynamic(self.req.param(name.as_str()?))
             }
-            Expr::And(list, _) => {
-                for x in list.iter() {
+            P::Header(base, name) => {
+                let V::Req = self.eval(base)? else {
+                    return None;
+                };
+                let name = self.eval(name)?;
+                self.string(V::Owned(self.req.header(name.as_str()?)))
+            }
+            P::Not(a) => match self.eval(a)? {
+                V::Bool(b) => Some(V::Bool(!b)),
+                _ => None,
+            },
+            P::And(list) => {
+                for x in list {
                     match self.eval(x)? {
                         V::Bool(true) => {}
                         V::Bool(false) => return Some(V::Bool(false)),
@@ -153,8 +331,8 @@ impl<'a> Cx<'a> {
                 }
                 Some(V::Bool(true))
             }
-            Expr::Or(list, _) => {
-                for x in list.iter() {
+            P::Or(list) => {
+                for x in list {
                     match self.eval(x)? {
                         V::Bool(false) => {}
                         V::Bool(true) => return Some(V::Bool(true)),
@@ -163,111 +341,36 @@ impl<'a> Cx<'a> {
                 }
                 Some(V::Bool(false))
             }
-            Expr::FnCall(call, _) => self.call(call),
-            _ => None,
-        }
-    }
-
-    /// `base.rhs`, where `rhs` is a property, a method call, or a further `.` chain.
-    fn chain(&self, base: V<'a>, rhs: &'a Expr) -> Option<V<'a>> {
-        match rhs {
-            Expr::Property(p, _) => self.property(base, &p.2),
-            Expr::MethodCall(call, _) => self.method(base, call),
-            Expr::Dot(b, flags, _) if !flags.contains(ASTFlags::NEGATED) => {
-                let v = self.chain(base, &b.lhs)?;
-                self.chain(v, &b.rhs)
-            }
-            _ => None,
-        }
-    }
-
-    fn property(&self, base: V<'a>, name: &str) -> Option<V<'a>> {
-        match base {
-            V::Req => {
-                let r = self.req;
-                let s = match name {
-                    "app" => &r.app,
-                    "method" => &r.method,
-                    "path" => &r.path,
-                    "query" => &r.query,
-                    "body" => &r.body,
-                    "user" => &r.user,
-                    "ip" => &r.ip,
-                    "device_id" => &r.device_id,
-                    "ja3" => &r.ja3,
-                    "country" => &r.country,
-                    "isp" => &r.isp,
-                    "device_type" => &r.device_type,
-                    "user_agent" => &r.user_agent,
-                    _ => return None,
+            P::Cmp(op, a, b) => compare(*op, self.eval(a)?, self.eval(b)?),
+            P::TypeOf(a) => Some(V::Str(type_name(&self.eval(a)?))),
+            P::Waf(r, part) => {
+                let V::Req = self.eval(r)? else {
+                    return None;
                 };
-                self.string(V::Str(s.as_str()))
+                let hit = self.req.waf();
+                Some(V::Str(match (hit, part) {
+                    (None, _) => "",
+                    (Some((a, _)), false) => a.as_str(),
+                    (Some((_, p)), true) => p,
+                }))
             }
-            _ if name == "len" => Some(V::Int(str_len(base.as_str()?))),
-            _ => None,
-        }
-    }
-
-    fn method(&self, base: V<'a>, call: &'a FnCallExpr) -> Option<V<'a>> {
-        match (&base, call.name.as_str(), call.args.as_slice()) {
-            (V::Req, "param", [name]) => {
-                let name = self.eval(name)?;
-                self.dynamic(self.req.param(name.as_str()?))
-            }
-            (V::Req, "header", [name]) => {
-                let name = self.eval(name)?;
-                self.string(V::Owned(self.req.header(name.as_str()?)))
-            }
-            (_, "len", []) => Some(V::Int(str_len(base.as_str()?))),
-            _ => None,
-        }
-    }
-
-    fn call(&self, call: &'a FnCallExpr) -> Option<V<'a>> {
-        let args = call.args.as_slice();
-        if call.op_token.is_some() {
-            return match (call.name.as_str(), args) {
-                ("!", [a]) => match self.eval(a)? {
-                    V::Bool(b) => Some(V::Bool(!b)),
-                    _ => None,
-                },
-                (op, [a, b]) => compare(op, self.eval(a)?, self.eval(b)?),
-                _ => None,
-            };
-        }
-        match (call.name.as_str(), args) {
-            ("type_of", [a]) => Some(V::Str(type_name(&self.eval(a)?))),
-            ("waf", [r]) => {
-                self.is_req(r)?;
-                Some(V::Str(
-                    self.req.waf().map(|(a, _)| a.as_str()).unwrap_or(""),
-                ))
-            }
-            ("waf_part", [r]) => {
-                self.is_req(r)?;
-                Some(V::Str(self.req.waf().map(|(_, p)| p).unwrap_or("")))
-            }
-            ("waf_value", [v]) => {
+            P::WafValue(v) => {
                 let v = self.eval(v)?;
                 let attack = crate::waf::scan_value(v.as_str()?);
                 Some(V::Str(attack.map(|a| a.as_str()).unwrap_or("")))
             }
-            (helper @ ("in_list" | "contains_any" | "ip_in"), [list, value]) => {
+            P::List(f, list, value) => {
                 let (list, value) = (self.eval(list)?, self.eval(value)?);
                 let (list, value) = (list.as_str()?, value.as_str()?);
-                let hit = match helper {
-                    "in_list" => self.lists.strings.get(list)?.contains(value),
-                    "contains_any" => self.lists.strings.get(list)?.contains_any(value),
-                    _ => self.lists.ips.get(list)?.contains_str(value),
+                let hit = match f {
+                    ListFn::InList => self.lists.strings.get(list)?.contains(value),
+                    ListFn::ContainsAny => self.lists.strings.get(list)?.contains_any(value),
+                    ListFn::IpIn => self.lists.ips.get(list)?.contains_str(value),
                 };
                 Some(V::Bool(hit))
             }
-            _ => None,
+            P::Stop => None,
         }
-    }
-
-    fn is_req(&self, e: &'a Expr) -> Option<()> {
-        matches!(self.eval(e)?, V::Req).then_some(())
     }
 
     /// A string the interpreter would also have accepted (its size limit, 0 = none, applies to
@@ -311,28 +414,27 @@ fn type_name(v: &V<'_>) -> &'static str {
 
 /// A comparison of two values of one type (strings and booleans: equality only). Mixed types,
 /// floats and everything else are left to the interpreter.
-fn compare<'a>(op: &str, a: V<'a>, b: V<'a>) -> Option<V<'a>> {
+fn compare<'a>(op: Op, a: V<'a>, b: V<'a>) -> Option<V<'a>> {
     if let (Some(a), Some(b)) = (a.as_str(), b.as_str()) {
         return match op {
-            "==" => Some(V::Bool(a == b)),
-            "!=" => Some(V::Bool(a != b)),
+            Op::Eq => Some(V::Bool(a == b)),
+            Op::Ne => Some(V::Bool(a != b)),
             _ => None,
         };
     }
     let r = match (a, b) {
         (V::Bool(a), V::Bool(b)) => match op {
-            "==" => a == b,
-            "!=" => a != b,
+            Op::Eq => a == b,
+            Op::Ne => a != b,
             _ => return None,
         },
         (V::Int(a), V::Int(b)) => match op {
-            "==" => a == b,
-            "!=" => a != b,
-            "<" => a < b,
-            "<=" => a <= b,
-            ">" => a > b,
-            ">=" => a >= b,
-            _ => return None,
+            Op::Eq => a == b,
+            Op::Ne => a != b,
+            Op::Lt => a < b,
+            Op::Le => a <= b,
+            Op::Gt => a > b,
+            Op::Ge => a >= b,
         },
         _ => return None,
     };
@@ -528,7 +630,8 @@ mod tests {
                     max_string: engine.max_string_size(),
                     vars: Vec::new(),
                 };
-                let Some(native) = cx.eval(&var.1) else {
+                let compiled = super::compile_expr(&var.1, &[]);
+                let Some(native) = cx.eval(&compiled) else {
                     continue;
                 };
                 compared += 1;
