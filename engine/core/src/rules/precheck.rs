@@ -57,6 +57,36 @@ enum P {
     Stop,
 }
 
+/// The largest pre-check, in nodes: far below the interpreter's operation limit for the same
+/// expressions.
+const MAX_NODES: usize = 1_000;
+
+impl P {
+    /// Nodes in this tree.
+    fn size(&self) -> usize {
+        1 + match self {
+            P::Field(a, _)
+            | P::Len(a)
+            | P::Not(a)
+            | P::TypeOf(a)
+            | P::Waf(a, _)
+            | P::WafValue(a) => a.size(),
+            P::Param(a, b) | P::Header(a, b) | P::Cmp(_, a, b) | P::List(_, a, b) => {
+                a.size() + b.size()
+            }
+            P::And(list) | P::Or(list) => list.iter().map(P::size).sum(),
+            P::Unit
+            | P::Bool(_)
+            | P::Int(_)
+            | P::Float
+            | P::Str(_)
+            | P::Req
+            | P::Var(_)
+            | P::Stop => 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Op {
     Eq,
@@ -163,6 +193,12 @@ impl Precheck {
                 [next] => stmt = next,
                 _ => return None,
             }
+        }
+        // The interpreter stops a rule after `max_operations` (20,000) steps; a condition long
+        // enough to reach that is an error there, so it is not pre-checked here.
+        let nodes: usize = lets.iter().chain(&conditions).map(P::size).sum();
+        if nodes > MAX_NODES {
+            return None;
         }
         Some(Precheck { lets, conditions })
     }
@@ -714,6 +750,15 @@ mod tests {
             "fn waf(r) { \"sqli\" }\nif waf(req) == \"\" { deny(\"a\") }"
         ));
         assert!(!compiled("deny(\"always\")"));
+        // Enough `let`s to approach the interpreter's operation limit (a long condition does
+        // not even parse: expressions are depth-limited).
+        let lets = |n: usize| -> String {
+            (0..n)
+                .map(|i| format!("let v{i} = req.ip == \"{i}\";\n"))
+                .collect()
+        };
+        assert!(compiled(&format!("{}if v1 {{ deny(\"a\") }}", lets(60))));
+        assert!(!compiled(&format!("{}if v1 {{ deny(\"a\") }}", lets(600))));
     }
 
     /// The default rules that read only the request and the lists are pre-checked, and an
