@@ -357,26 +357,8 @@ impl<'a> Cx<'a> {
                 V::Bool(b) => Some(V::Bool(!b)),
                 _ => None,
             },
-            P::And(list) => {
-                for x in list {
-                    match self.eval(x)? {
-                        V::Bool(true) => {}
-                        V::Bool(false) => return Some(V::Bool(false)),
-                        _ => return None,
-                    }
-                }
-                Some(V::Bool(true))
-            }
-            P::Or(list) => {
-                for x in list {
-                    match self.eval(x)? {
-                        V::Bool(false) => {}
-                        V::Bool(true) => return Some(V::Bool(true)),
-                        _ => return None,
-                    }
-                }
-                Some(V::Bool(false))
-            }
+            P::And(list) => self.short_circuit(list, false),
+            P::Or(list) => self.short_circuit(list, true),
             P::Cmp(op, a, b) => compare(*op, self.eval(a)?, self.eval(b)?),
             P::TypeOf(a) => Some(V::Str(type_name(&self.eval(a)?))),
             P::Waf(r, part) => {
@@ -407,6 +389,19 @@ impl<'a> Cx<'a> {
             }
             P::Stop => None,
         }
+    }
+
+    /// `&&` (`decides` = false) or `||` (`decides` = true), left to right: the first operand equal
+    /// to `decides` is the answer; an operand that is not a boolean ends the pre-check.
+    fn short_circuit(&self, list: &'a [P], decides: bool) -> Option<V<'a>> {
+        for x in list {
+            match self.eval(x)? {
+                V::Bool(b) if b == decides => return Some(V::Bool(decides)),
+                V::Bool(_) => {}
+                _ => return None,
+            }
+        }
+        Some(V::Bool(!decides))
     }
 
     /// A string the interpreter would also have accepted (its size limit, 0 = none, applies to
