@@ -106,6 +106,12 @@ async function login(page, user) {
   assert.match(await page.textContent("#who"), new RegExp(user));
 }
 
+/** Waits until a log-out has finished: the console forgets the session (and so makes no session
+ * check on the next load, which would be a 401) only once the server has answered. */
+async function loggedOut(page) {
+  await page.waitForSelector("#login-user");
+}
+
 async function go(page, slug) {
   await page.click(`#nav-${slug}`);
   await page.waitForFunction((s) => location.hash === "#/" + s, slug);
@@ -285,7 +291,7 @@ test("an operator story: author a rule, sandbox it, canary it, approve it as som
 
   // A second person approves.
   await page.click("#logout");
-  await page.waitForSelector("#login-user");
+  await loggedOut(page);
   await login(page, "bob");
   await go(page, "rollouts");
   await page.waitForSelector("#approve");
@@ -344,6 +350,7 @@ test("an operator story: author a rule, sandbox it, canary it, approve it as som
 
   // A viewer sees no editing controls.
   await page.click("#logout");
+  await loggedOut(page);
   await login(page, "vera");
   await go(page, "rules");
   await page.waitForSelector("#rule-editor");
