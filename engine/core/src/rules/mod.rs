@@ -503,6 +503,16 @@ impl ReqData {
         })
     }
 
+    /// `waf(req)`: the attack's name, or "".
+    fn waf_name(&self) -> &'static str {
+        self.waf().map(|(a, _)| a.as_str()).unwrap_or("")
+    }
+
+    /// `waf_part(req)`: where the attack is, or "".
+    fn waf_part(&self) -> &'static str {
+        self.waf().map(|(_, part)| part).unwrap_or("")
+    }
+
     fn header(&self, name: &str) -> ImmutableString {
         self.headers
             .get(&name.to_ascii_lowercase())
@@ -534,6 +544,28 @@ fn next_set_id() -> u64 {
 struct Lists {
     ips: HashMap<String, IpList>,
     strings: HashMap<String, StringList>,
+}
+
+impl Lists {
+    /// `in_list`: `None` when there is no such string list.
+    fn in_list(&self, list: &str, value: &str) -> Option<bool> {
+        self.strings.get(list).map(|s| s.contains(value))
+    }
+
+    /// `contains_any`: `None` when there is no such string list.
+    fn contains_any(&self, list: &str, value: &str) -> Option<bool> {
+        self.strings.get(list).map(|s| s.contains_any(value))
+    }
+
+    /// `ip_in`: `None` when there is no such IP list.
+    fn ip_in(&self, list: &str, ip: &str) -> Option<bool> {
+        self.ips.get(list).map(|s| s.contains_str(ip))
+    }
+}
+
+/// `waf_value(v)`: the attack found in `v` alone, or "".
+fn waf_value(v: &str) -> &'static str {
+    crate::waf::scan_value(v).map(|a| a.as_str()).unwrap_or("")
 }
 
 type RhaiResult<T> = Result<T, Box<EvalAltResult>>;
@@ -585,21 +617,12 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
         .set_max_strings_interned(0);
     e.on_print(|_| {}).on_debug(|_, _, _| {});
 
-    e.register_type_with_name::<Req>("Request")
-        .register_get("app", |r: &mut Req| r.app.clone())
-        .register_get("method", |r: &mut Req| r.method.clone())
-        .register_get("path", |r: &mut Req| r.path.clone())
-        .register_get("query", |r: &mut Req| r.query.clone())
-        .register_get("body", |r: &mut Req| r.body.clone())
-        .register_get("user", |r: &mut Req| r.user.clone())
-        .register_get("ip", |r: &mut Req| r.ip.clone())
-        .register_get("device_id", |r: &mut Req| r.device_id.clone())
-        .register_get("ja3", |r: &mut Req| r.ja3.clone())
-        .register_get("country", |r: &mut Req| r.country.clone())
-        .register_get("isp", |r: &mut Req| r.isp.clone())
-        .register_get("device_type", |r: &mut Req| r.device_type.clone())
-        .register_get("user_agent", |r: &mut Req| r.user_agent.clone())
-        .register_fn("header", |r: &mut Req, name: &str| r.header(name))
+    e.register_type_with_name::<Req>("Request");
+    // One table of getters for Rhai and the pre-check.
+    for (name, get) in precheck::FIELDS {
+        e.register_get(name, move |r: &mut Req| get(r).clone());
+    }
+    e.register_fn("header", |r: &mut Req, name: &str| r.header(name))
         .register_fn("param", |r: &mut Req, name: &str| r.param(name));
 
     e.register_type_with_name::<Outcome>("Outcome");
@@ -638,9 +661,7 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
     e.register_fn(
         "in_list",
         move |list: &str, value: &str| -> RhaiResult<bool> {
-            l.strings
-                .get(list)
-                .map(|s| s.contains(value))
+            l.in_list(list, value)
                 .ok_or_else(|| rt_err(format!("in_list: no string list {list:?}")))
         },
     );
@@ -648,30 +669,24 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
     e.register_fn(
         "contains_any",
         move |list: &str, value: &str| -> RhaiResult<bool> {
-            l.strings
-                .get(list)
-                .map(|s| s.contains_any(value))
+            l.contains_any(list, value)
                 .ok_or_else(|| rt_err(format!("contains_any: no string list {list:?}")))
         },
     );
     let l = lists;
     e.register_fn("ip_in", move |list: &str, ip: &str| -> RhaiResult<bool> {
-        l.ips
-            .get(list)
-            .map(|s| s.contains_str(ip))
+        l.ip_in(list, ip)
             .ok_or_else(|| rt_err(format!("ip_in: no IP list {list:?}")))
     });
 
     e.register_fn("waf", |r: &mut Req| -> ImmutableString {
-        r.waf().map(|(a, _)| a.as_str().into()).unwrap_or_default()
+        r.waf_name().into()
     });
     e.register_fn("waf_part", |r: &mut Req| -> ImmutableString {
-        r.waf().map(|(_, part)| part.into()).unwrap_or_default()
+        r.waf_part().into()
     });
     e.register_fn("waf_value", |v: &str| -> ImmutableString {
-        crate::waf::scan_value(v)
-            .map(|a| a.as_str().into())
-            .unwrap_or_default()
+        waf_value(v).into()
     });
 
     let breakers = state.as_ref().map(|s| s.breakers.clone());

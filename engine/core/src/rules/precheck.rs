@@ -18,7 +18,7 @@
 
 use rhai::{ASTFlags, Dynamic, Expr, FnCallExpr, ImmutableString, Stmt, AST};
 
-use super::{Lists, ReqData};
+use super::{waf_value, Lists, ReqData};
 
 /// A rule's pre-check: its leading `let`s and the conditions of its final `if` chain, compiled.
 #[derive(Debug, Clone)]
@@ -105,10 +105,11 @@ enum ListFn {
 }
 
 /// A request field's getter.
-type Getter = fn(&ReqData) -> &ImmutableString;
+pub(super) type Getter = fn(&ReqData) -> &ImmutableString;
 
-/// The request's string getters, as the rule engine registers them.
-const FIELDS: [(&str, Getter); 13] = [
+/// The request's string getters (`req.ip`, …): the rule engine registers these, and the pre-check
+/// reads the same.
+pub(super) const FIELDS: [(&str, Getter); 13] = [
     ("app", |r| &r.app),
     ("method", |r| &r.method),
     ("path", |r| &r.path),
@@ -365,25 +366,23 @@ impl<'a> Cx<'a> {
                 let V::Req = self.eval(r)? else {
                     return None;
                 };
-                let hit = self.req.waf();
-                Some(V::Str(match (hit, part) {
-                    (None, _) => "",
-                    (Some((a, _)), false) => a.as_str(),
-                    (Some((_, p)), true) => p,
+                Some(V::Str(if *part {
+                    self.req.waf_part()
+                } else {
+                    self.req.waf_name()
                 }))
             }
             P::WafValue(v) => {
                 let v = self.eval(v)?;
-                let attack = crate::waf::scan_value(v.as_str()?);
-                Some(V::Str(attack.map(|a| a.as_str()).unwrap_or("")))
+                Some(V::Str(waf_value(v.as_str()?)))
             }
             P::List(f, list, value) => {
                 let (list, value) = (self.eval(list)?, self.eval(value)?);
                 let (list, value) = (list.as_str()?, value.as_str()?);
                 let hit = match f {
-                    ListFn::InList => self.lists.strings.get(list)?.contains(value),
-                    ListFn::ContainsAny => self.lists.strings.get(list)?.contains_any(value),
-                    ListFn::IpIn => self.lists.ips.get(list)?.contains_str(value),
+                    ListFn::InList => self.lists.in_list(list, value)?,
+                    ListFn::ContainsAny => self.lists.contains_any(list, value)?,
+                    ListFn::IpIn => self.lists.ip_in(list, value)?,
                 };
                 Some(V::Bool(hit))
             }
