@@ -601,6 +601,151 @@ pub const HELPERS: &[&str] = &[
     "report",
 ];
 
+/// The helpers that count or read counted state, which the pre-check may call as well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Counting {
+    RateLimit,
+    Count,
+    Distinct,
+    Reputation,
+    ReputationOfRequest,
+}
+
+/// A counting helper's answer (`rate_limit`: 1 allowed, 0 refused) or error, as the pre-check got
+/// it.
+pub(super) type Recorded = (Counting, RhaiResult<i64>);
+
+thread_local! {
+    /// The pre-check's calls of the rule now in the interpreter, last call first: the interpreter
+    /// makes the same calls in the same order, and each is answered from here instead of counting
+    /// twice (see `with_replay`).
+    static REPLAY: std::cell::RefCell<Vec<Recorded>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `run` (the interpreter, on the rule the pre-check could not rule out) with the counting
+/// calls the pre-check made, in its order, answered from its record.
+fn with_replay<T>(mut calls: Vec<Recorded>, run: impl FnOnce() -> T) -> T {
+    calls.reverse();
+    let outer = REPLAY.with(|r| r.replace(calls));
+    let out = run();
+    let left = REPLAY.with(|r| r.replace(outer));
+    debug_assert!(
+        left.is_empty(),
+        "the interpreter did not repeat the pre-check's calls: {left:?}"
+    );
+    out
+}
+
+/// `call`, unless the pre-check already made it: then its recorded answer.
+fn replayed(helper: Counting, call: impl FnOnce() -> RhaiResult<i64>) -> RhaiResult<i64> {
+    let recorded = REPLAY.with(|r| {
+        let mut r = r.borrow_mut();
+        match r.last() {
+            None => None,
+            Some((h, _)) if *h == helper => r.pop().map(|(_, answer)| answer),
+            Some((h, _)) => {
+                // The pre-check evaluates in the interpreter's order, so this cannot happen; if it
+                // did, counting again beats answering with another helper's value.
+                debug_assert!(false, "{helper:?} called where the pre-check called {h:?}");
+                r.clear();
+                None
+            }
+        }
+    });
+    recorded.unwrap_or_else(call)
+}
+
+/// `rate_limit(key, rate, burst)`: one GCRA step; `true` while the key is within its rate.
+pub(super) fn rate_limit(
+    st: Option<&RuleState>,
+    key: &str,
+    rate: f64,
+    burst: i64,
+) -> RhaiResult<bool> {
+    let st = st.ok_or_else(|| rt_err("rate_limit: no limiter state".into()))?;
+    let burst =
+        u32::try_from(burst).map_err(|_| rt_err("rate_limit: burst out of range".into()))?;
+    let g = by_policy(
+        "rate_limit",
+        "limits",
+        st.policies.limits,
+        st.limiter
+            .gcra(&ns_key(key), EVAL_NOW.with(|n| n.get()), rate, burst),
+        crate::limits::Gcra {
+            allowed: true,
+            retry_after_ms: 0,
+        },
+    )?;
+    if !g.allowed {
+        LAST_RETRY.with(|r| r.set(g.retry_after_ms));
+    }
+    Ok(g.allowed)
+}
+
+/// `count(key, window_ms)`: adds one to the key's sliding-window counter; its new value.
+pub(super) fn count(st: Option<&RuleState>, key: &str, window_ms: i64) -> RhaiResult<i64> {
+    let st = st.ok_or_else(|| rt_err("count: no limiter state".into()))?;
+    by_policy(
+        "count",
+        "counters",
+        st.policies.counters,
+        st.limiter
+            .incr(&ns_key(key), EVAL_NOW.with(|n| n.get()), window_ms, 1),
+        0,
+    )
+}
+
+/// `distinct(key, item, window_ms)`: adds `item` (unless empty) to the key's distinct set; its
+/// estimated size.
+pub(super) fn distinct(st: &RuleState, key: &str, item: &str, window_ms: i64) -> RhaiResult<i64> {
+    let now = EVAL_NOW.with(|n| n.get());
+    let n = if item.is_empty() {
+        st.distinct.count(&ns_key(key), now, window_ms)
+    } else {
+        st.distinct.add(&ns_key(key), item, now, window_ms)
+    };
+    by_policy("distinct", "distinct", st.policies.distinct, n, 0).map(|n| n as i64)
+}
+
+fn reputation_kind(helper: &str, kind: &str) -> RhaiResult<()> {
+    if REPUTATION_KINDS.contains(&kind) {
+        Ok(())
+    } else {
+        Err(rt_err(format!(
+            "{helper}: kind must be one of ip, device, ja3, user (not {kind:?})"
+        )))
+    }
+}
+
+/// `reputation(kind, value)`: the points against one client attribute.
+pub(super) fn reputation(st: &RuleState, kind: &str, value: &str) -> RhaiResult<i64> {
+    reputation_kind("reputation", kind)?;
+    by_policy(
+        "reputation",
+        "reputation",
+        st.policies.reputation,
+        st.reputation(kind, value, EVAL_NOW.with(|n| n.get())),
+        0,
+    )
+}
+
+/// `reputation(req)`: the worst reputation of the request's IP, device, JA3 and user.
+pub(super) fn reputation_of_request(st: &RuleState, r: &ReqData) -> RhaiResult<i64> {
+    let pairs = [
+        ("ip", r.ip.as_str()),
+        ("device", r.device_id.as_str()),
+        ("ja3", r.ja3.as_str()),
+        ("user", r.user.as_str()),
+    ];
+    by_policy(
+        "reputation",
+        "reputation",
+        st.policies.reputation,
+        st.worst_reputation(&pairs, EVAL_NOW.with(|n| n.get())),
+        0,
+    )
+}
+
 fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
     let full_state = state.clone();
     let mut e = rhai::Engine::new();
@@ -733,54 +878,26 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
         },
     );
 
-    let policies = state.as_ref().map(|s| s.policies).unwrap_or_default();
-    let limiter = state.map(|s| s.limiter);
-    let lim = limiter.clone();
-    let rate_limit = move |key: &str, rate: f64, burst: i64| -> RhaiResult<bool> {
-        let l = lim
-            .as_ref()
-            .ok_or_else(|| rt_err("rate_limit: no limiter state".into()))?;
-        let burst =
-            u32::try_from(burst).map_err(|_| rt_err("rate_limit: burst out of range".into()))?;
-        let g = by_policy(
-            "rate_limit",
-            "limits",
-            policies.limits,
-            l.gcra(&ns_key(key), EVAL_NOW.with(|n| n.get()), rate, burst),
-            crate::limits::Gcra {
-                allowed: true,
-                retry_after_ms: 0,
-            },
-        )?;
-        if !g.allowed {
-            LAST_RETRY.with(|r| r.set(g.retry_after_ms));
-        }
-        Ok(g.allowed)
-    };
-    let rl = rate_limit.clone();
+    // The counting helpers: one definition each (below), which the pre-check calls too; what it
+    // already asked is answered from its record (`replayed`), never asked twice.
+    let st = state.clone();
     e.register_fn("rate_limit", move |key: &str, rate: i64, burst: i64| {
-        rl(key, rate as f64, burst)
+        replayed(Counting::RateLimit, || {
+            rate_limit(st.as_ref(), key, rate as f64, burst).map(i64::from)
+        })
+        .map(|allowed| allowed != 0)
     });
-    let rl = rate_limit.clone();
+    let st = state.clone();
     e.register_fn("rate_limit", move |key: &str, rate: f64, burst: i64| {
-        rl(key, rate, burst)
+        replayed(Counting::RateLimit, || {
+            rate_limit(st.as_ref(), key, rate, burst).map(i64::from)
+        })
+        .map(|allowed| allowed != 0)
     });
-    let lim = limiter;
-    e.register_fn(
-        "count",
-        move |key: &str, window_ms: i64| -> RhaiResult<i64> {
-            let l = lim
-                .as_ref()
-                .ok_or_else(|| rt_err("count: no limiter state".into()))?;
-            by_policy(
-                "count",
-                "counters",
-                policies.counters,
-                l.incr(&ns_key(key), EVAL_NOW.with(|n| n.get()), window_ms, 1),
-                0,
-            )
-        },
-    );
+    let st = state;
+    e.register_fn("count", move |key: &str, window_ms: i64| {
+        replayed(Counting::Count, || count(st.as_ref(), key, window_ms))
+    });
     if let Some(st) = full_state {
         register_state_helpers(&mut e, st);
     }
@@ -790,17 +907,9 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
 fn register_state_helpers(e: &mut rhai::Engine, st: RuleState) {
     let now = || EVAL_NOW.with(|n| n.get());
     let s = st.clone();
-    e.register_fn(
-        "distinct",
-        move |key: &str, item: &str, window_ms: i64| -> RhaiResult<i64> {
-            let n = if item.is_empty() {
-                s.distinct.count(&ns_key(key), now(), window_ms)
-            } else {
-                s.distinct.add(&ns_key(key), item, now(), window_ms)
-            };
-            by_policy("distinct", "distinct", s.policies.distinct, n, 0).map(|n| n as i64)
-        },
-    );
+    e.register_fn("distinct", move |key: &str, item: &str, window_ms: i64| {
+        replayed(Counting::Distinct, || distinct(&s, key, item, window_ms))
+    });
     let s = st.clone();
     e.register_fn(
         "claim",
@@ -834,50 +943,21 @@ fn register_state_helpers(e: &mut rhai::Engine, st: RuleState) {
         )
         .map(|n| n as i64)
     });
-    let kind_ok = |helper: &str, kind: &str| -> RhaiResult<()> {
-        if REPUTATION_KINDS.contains(&kind) {
-            Ok(())
-        } else {
-            Err(rt_err(format!(
-                "{helper}: kind must be one of ip, device, ja3, user (not {kind:?})"
-            )))
-        }
-    };
     let s = st.clone();
-    e.register_fn(
-        "reputation",
-        move |kind: &str, value: &str| -> RhaiResult<i64> {
-            kind_ok("reputation", kind)?;
-            by_policy(
-                "reputation",
-                "reputation",
-                s.policies.reputation,
-                s.reputation(kind, value, now()),
-                0,
-            )
-        },
-    );
+    e.register_fn("reputation", move |kind: &str, value: &str| {
+        replayed(Counting::Reputation, || reputation(&s, kind, value))
+    });
     let s = st.clone();
-    e.register_fn("reputation", move |r: &mut Req| -> RhaiResult<i64> {
-        let pairs = [
-            ("ip", r.ip.as_str()),
-            ("device", r.device_id.as_str()),
-            ("ja3", r.ja3.as_str()),
-            ("user", r.user.as_str()),
-        ];
-        by_policy(
-            "reputation",
-            "reputation",
-            s.policies.reputation,
-            s.worst_reputation(&pairs, now()),
-            0,
-        )
+    e.register_fn("reputation", move |r: &mut Req| {
+        replayed(Counting::ReputationOfRequest, || {
+            reputation_of_request(&s, r)
+        })
     });
     let s = st;
     e.register_fn(
         "report",
         move |kind: &str, value: &str, points: i64| -> RhaiResult<()> {
-            kind_ok("report", kind)?;
+            reputation_kind("report", kind)?;
             if IN_SHADOW.with(|f| f.get()) {
                 return Ok(());
             }
@@ -1568,15 +1648,16 @@ impl RuleSet {
         req: &Req,
         scope: &mut Scope<'_>,
     ) -> Result<Option<Outcome>, String> {
-        if rule
-            .precheck
-            .as_ref()
-            .is_some_and(|p| p.rules_out(req, &self.lists, self.engine.max_string_size()))
-        {
-            return Ok(None);
+        let mut calls = Vec::new();
+        if let Some(p) = &rule.precheck {
+            let max_string = self.engine.max_string_size();
+            match p.check(req, &self.lists, max_string, self.state.as_ref()) {
+                precheck::Checked::RuledOut => return Ok(None),
+                precheck::Checked::Run(made) => calls = made,
+            }
         }
         let base = scope.len();
-        let result = self.run(rule, scope);
+        let result = with_replay(calls, || self.run(rule, scope));
         scope.rewind(base);
         match result {
             Ok(v) if v.is_unit() => Ok(None),

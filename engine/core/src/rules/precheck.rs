@@ -7,18 +7,37 @@
 //!
 //! Compiled once per rule from its optimised AST into a small tree of its own. At decision time
 //! it evaluates the `let` initialisers and the conditions in the interpreter's order, with its
-//! short-circuits, over a small closed set of side-effect-free expressions: literals, `req` and its fields, `param` and
-//! `header`, `len`, `type_of`, comparisons of two strings, two integers or two booleans, `!`,
-//! `&&`, `||`, and the pure helpers `in_list`, `contains_any`, `ip_in`, `waf`, `waf_part`,
-//! `waf_value`. Only when every condition is a definite `false` is the rule skipped, and then
-//! the interpreter would have answered nothing too. Anything else (an unsupported expression,
-//! a stateful helper such as `rate_limit`, values of mixed types, a missing list, a string over
-//! the size limit) ends the pre-check with "run the rule", so errors and outcomes always come
-//! from Rhai itself.
+//! short-circuits, over a small closed set of expressions: literals, `req` and its fields,
+//! `param` and `header`, `len`, `type_of`, comparisons of two strings, two integers or two
+//! booleans, `!`, `&&`, `||`, `+` of two strings, the helpers that only read the request and the
+//! lists (`in_list`, `contains_any`, `ip_in`, `waf`, `waf_part`, `waf_value`), and the counting
+//! helpers (`rate_limit`, `count`, `distinct`, `reputation`). Only when every condition is a
+//! definite `false` is the rule skipped, and then the interpreter would have answered nothing
+//! too. Anything else (an unsupported expression, values of mixed types, a missing list, a
+//! string over the size limit, a helper's error) ends the pre-check with "run the rule", so
+//! errors and outcomes always come from Rhai itself.
+//!
+//! The counting helpers change state, so each must run once per decision whoever runs it. The
+//! pre-check calls the very function the interpreter would, and records the answer; when it then
+//! hands the rule to the interpreter, which makes the same calls in the same order (it evaluates
+//! in that order, and stops where the pre-check stopped or later), each recorded call is answered
+//! from the record instead of being made again (`super::with_replay`). Counting calls inside a
+//! `.` chain (`req.param(count(…))`) are not pre-checked: there the interpreter's order of
+//! evaluation is not the obvious one.
 
 use rhai::{ASTFlags, Dynamic, Expr, FnCallExpr, ImmutableString, Stmt, AST};
 
-use super::{waf_value, Lists, ReqData};
+use super::{waf_value, Counting, Lists, Recorded, ReqData, RuleState};
+
+/// What the pre-check found.
+#[derive(Debug)]
+pub(super) enum Checked {
+    /// The rule answers nothing for this request: every condition is `false`.
+    RuledOut,
+    /// Run the rule, with the counting calls the pre-check made (in order), to be answered from
+    /// this record.
+    Run(Vec<Recorded>),
+}
 
 /// A rule's pre-check: its leading `let`s and the conditions of its final `if` chain, compiled.
 #[derive(Debug, Clone)]
@@ -53,6 +72,10 @@ enum P {
     Waf(Box<P>, bool),
     WafValue(Box<P>),
     List(ListFn, Box<P>, Box<P>),
+    /// `a + b` of two strings.
+    Concat(Box<P>, Box<P>),
+    /// A counting helper and its arguments.
+    Counting(Counting, Vec<P>),
     /// Something the pre-check does not read: reaching it ends the pre-check ("run the rule").
     Stop,
 }
@@ -71,10 +94,12 @@ impl P {
             | P::TypeOf(a)
             | P::Waf(a, _)
             | P::WafValue(a) => a.size(),
-            P::Param(a, b) | P::Header(a, b) | P::Cmp(_, a, b) | P::List(_, a, b) => {
-                a.size() + b.size()
-            }
-            P::And(list) | P::Or(list) => list.iter().map(P::size).sum(),
+            P::Param(a, b)
+            | P::Header(a, b)
+            | P::Cmp(_, a, b)
+            | P::List(_, a, b)
+            | P::Concat(a, b) => a.size() + b.size(),
+            P::And(list) | P::Or(list) | P::Counting(_, list) => list.iter().map(P::size).sum(),
             P::Unit
             | P::Bool(_)
             | P::Int(_)
@@ -171,7 +196,7 @@ impl Precheck {
             match s {
                 Stmt::Var(v, _, _) => {
                     // The initialiser sees the earlier lets only.
-                    lets.push(compile_expr(&v.1, &names));
+                    lets.push(compile_expr(&v.1, &names, true));
                     names.push(v.0.name.as_str());
                 }
                 _ => return None,
@@ -183,7 +208,7 @@ impl Precheck {
             let Stmt::If(flow, _) = stmt else {
                 return None;
             };
-            conditions.push(compile_expr(&flow.expr, &names));
+            conditions.push(compile_expr(&flow.expr, &names, true));
             let rest: Vec<&Stmt> = flow
                 .branch
                 .iter()
@@ -204,14 +229,32 @@ impl Precheck {
         Some(Precheck { lets, conditions })
     }
 
-    /// True when the rule certainly answers nothing for `req`: every condition is `false`.
-    pub(super) fn rules_out(&self, req: &ReqData, lists: &Lists, max_string: usize) -> bool {
+    /// Evaluates the pre-check for `req`. `state` is the rule set's (`None`: the counting
+    /// helpers other than `rate_limit` and `count` do not exist, as in the interpreter).
+    pub(super) fn check(
+        &self,
+        req: &ReqData,
+        lists: &Lists,
+        max_string: usize,
+        state: Option<&RuleState>,
+    ) -> Checked {
         let mut cx = Cx {
             req,
             lists,
             max_string,
+            state,
             vars: Vec::with_capacity(self.lets.len()),
+            calls: Vec::new(),
         };
+        let ruled_out = self.rules_out_in(&mut cx);
+        if ruled_out {
+            Checked::RuledOut
+        } else {
+            Checked::Run(cx.calls)
+        }
+    }
+
+    fn rules_out_in<'a>(&'a self, cx: &mut Cx<'a>) -> bool {
         for init in &self.lets {
             match cx.eval(init) {
                 Some(v) => cx.vars.push(v),
@@ -224,9 +267,10 @@ impl Precheck {
     }
 }
 
-/// Compiles `e`, where `names` are the `let`s in scope (the last one of a name wins).
-fn compile_expr(e: &Expr, names: &[&str]) -> P {
-    let b = |e: &Expr| Box::new(compile_expr(e, names));
+/// Compiles `e`, where `names` are the `let`s in scope (the last one of a name wins). Counting
+/// helpers are compiled only where `counting` (see the module's notes).
+fn compile_expr(e: &Expr, names: &[&str], counting: bool) -> P {
+    let b = |e: &Expr| Box::new(compile_expr(e, names, counting));
     match e {
         Expr::Unit(_) => P::Unit,
         Expr::BoolConstant(v, _) => P::Bool(*v),
@@ -242,12 +286,13 @@ fn compile_expr(e: &Expr, names: &[&str]) -> P {
             }
         }
         Expr::Dot(d, flags, _) if !flags.contains(ASTFlags::NEGATED) => {
-            chain(compile_expr(&d.lhs, names), &d.rhs, names)
+            chain(compile_expr(&d.lhs, names, false), &d.rhs, names)
         }
-        Expr::And(list, _) => P::And(list.iter().map(|x| compile_expr(x, names)).collect()),
-        Expr::Or(list, _) => P::Or(list.iter().map(|x| compile_expr(x, names)).collect()),
+        Expr::And(list, _) => P::And(list.iter().map(|x| *b(x)).collect()),
+        Expr::Or(list, _) => P::Or(list.iter().map(|x| *b(x)).collect()),
         Expr::FnCall(call, _) => {
             let args = call.args.as_slice();
+            let counted = |f| P::Counting(f, args.iter().map(|x| *b(x)).collect());
             if call.op_token.is_some() {
                 let op = match call.name.as_str() {
                     "==" => Op::Eq,
@@ -259,6 +304,12 @@ fn compile_expr(e: &Expr, names: &[&str]) -> P {
                     "!" => {
                         return match args {
                             [a] => P::Not(b(a)),
+                            _ => P::Stop,
+                        }
+                    }
+                    "+" => {
+                        return match args {
+                            [x, y] => P::Concat(b(x), b(y)),
                             _ => P::Stop,
                         }
                     }
@@ -277,6 +328,12 @@ fn compile_expr(e: &Expr, names: &[&str]) -> P {
                 ("in_list", [l, v]) => P::List(ListFn::InList, b(l), b(v)),
                 ("contains_any", [l, v]) => P::List(ListFn::ContainsAny, b(l), b(v)),
                 ("ip_in", [l, v]) => P::List(ListFn::IpIn, b(l), b(v)),
+                _ if !counting => P::Stop,
+                ("rate_limit", [_, _, _]) => counted(Counting::RateLimit),
+                ("count", [_, _]) => counted(Counting::Count),
+                ("distinct", [_, _, _]) => counted(Counting::Distinct),
+                ("reputation", [_, _]) => counted(Counting::Reputation),
+                ("reputation", [_]) => counted(Counting::ReputationOfRequest),
                 _ => P::Stop,
             }
         }
@@ -308,8 +365,8 @@ fn chain(base: P, rhs: &Expr, names: &[&str]) -> P {
 
 fn method(base: P, call: &FnCallExpr, names: &[&str]) -> P {
     match (call.name.as_str(), call.args.as_slice()) {
-        ("param", [name]) => P::Param(Box::new(base), Box::new(compile_expr(name, names))),
-        ("header", [name]) => P::Header(Box::new(base), Box::new(compile_expr(name, names))),
+        ("param", [name]) => P::Param(Box::new(base), Box::new(compile_expr(name, names, false))),
+        ("header", [name]) => P::Header(Box::new(base), Box::new(compile_expr(name, names, false))),
         ("len", []) => P::Len(Box::new(base)),
         _ => P::Stop,
     }
@@ -319,11 +376,14 @@ struct Cx<'a> {
     req: &'a ReqData,
     lists: &'a Lists,
     max_string: usize,
+    state: Option<&'a RuleState>,
     vars: Vec<V<'a>>,
+    /// The counting calls made, in order.
+    calls: Vec<Recorded>,
 }
 
 impl<'a> Cx<'a> {
-    fn eval(&self, p: &'a P) -> Option<V<'a>> {
+    fn eval(&mut self, p: &'a P) -> Option<V<'a>> {
         match p {
             P::Unit => Some(V::Unit),
             P::Bool(b) => Some(V::Bool(*b)),
@@ -386,13 +446,62 @@ impl<'a> Cx<'a> {
                 };
                 Some(V::Bool(hit))
             }
+            P::Concat(a, b) => {
+                let (a, b) = (self.eval(a)?, self.eval(b)?);
+                let (a, b) = (a.as_str()?, b.as_str()?);
+                let mut joined = String::with_capacity(a.len() + b.len());
+                joined.push_str(a);
+                joined.push_str(b);
+                self.string(V::Owned(joined.into()))
+            }
+            P::Counting(f, args) => {
+                // Arguments first, left to right, as the interpreter evaluates them.
+                let mut vals: [V<'a>; 3] = [V::Unit, V::Unit, V::Unit];
+                for (slot, arg) in vals.iter_mut().zip(args) {
+                    *slot = self.eval(arg)?;
+                }
+                self.count(*f, &vals[..args.len()])
+            }
             P::Stop => None,
         }
     }
 
+    /// Calls counting helper `f` where the interpreter would find it for these arguments (else
+    /// `None`, its "function not found", with nothing counted), and records the answer; an error
+    /// ends the pre-check.
+    fn count(&mut self, f: Counting, args: &[V<'a>]) -> Option<V<'a>> {
+        let st = self.state;
+        let answer = match (f, args) {
+            (Counting::RateLimit, [key, V::Int(rate), V::Int(burst)]) => {
+                super::rate_limit(st, key.as_str()?, *rate as f64, *burst).map(i64::from)
+            }
+            (Counting::Count, [key, V::Int(window)]) => super::count(st, key.as_str()?, *window),
+            (Counting::Distinct, [key, item, V::Int(window)]) => {
+                super::distinct(st?, key.as_str()?, item.as_str()?, *window)
+            }
+            (Counting::Reputation, [kind, value]) => {
+                super::reputation(st?, kind.as_str()?, value.as_str()?)
+            }
+            (Counting::ReputationOfRequest, [V::Req]) => {
+                super::reputation_of_request(st?, self.req)
+            }
+            _ => return None,
+        };
+        let value = match &answer {
+            Ok(n) if f == Counting::RateLimit => V::Bool(*n != 0),
+            Ok(n) => V::Int(*n),
+            Err(_) => {
+                self.calls.push((f, answer));
+                return None;
+            }
+        };
+        self.calls.push((f, answer));
+        Some(value)
+    }
+
     /// `&&` (`decides` = false) or `||` (`decides` = true), left to right: the first operand equal
     /// to `decides` is the answer; an operand that is not a boolean ends the pre-check.
-    fn short_circuit(&self, list: &'a [P], decides: bool) -> Option<V<'a>> {
+    fn short_circuit(&mut self, list: &'a [P], decides: bool) -> Option<V<'a>> {
         for x in list {
             match self.eval(x)? {
                 V::Bool(b) if b == decides => return Some(V::Bool(decides)),
@@ -517,6 +626,14 @@ mod tests {
             .collect()
     }
 
+    /// The pre-check's answer without rule state.
+    fn rules_out(p: &Precheck, req: &Req, lists: &Lists, max_string: usize) -> bool {
+        matches!(
+            p.check(req, lists, max_string, None),
+            super::Checked::RuledOut
+        )
+    }
+
     /// What the interpreter answers for `text` and `req`: `Ok(true)` for "no outcome".
     fn interpreted(engine: &rhai::Engine, ast: &rhai::AST, req: &Req) -> Result<bool, String> {
         let mut scope = Scope::new();
@@ -545,7 +662,7 @@ mod tests {
                 continue;
             };
             for (i, req) in reqs.iter().enumerate() {
-                if p.rules_out(req, &lists, engine.max_string_size()) {
+                if rules_out(&p, req, &lists, engine.max_string_size()) {
                     ruled_out += 1;
                     assert_eq!(
                         interpreted(&engine, &ast, req),
@@ -597,6 +714,8 @@ mod tests {
         "\"string\"",
         "\"i64\"",
         "\"sqli\"",
+        "\"ip:\" + req.ip",
+        "req.user + req.method",
         "12",
         "0",
         "-1",
@@ -616,7 +735,7 @@ mod tests {
             rules.push(format!("if !{a} {{ deny(\"x\") }}"));
             rules.push(format!("let v = {a}; if v == \"\" {{ deny(\"x\") }}"));
             for b in ATOMS {
-                for op in ["==", "!=", "<", "<=", ">", ">=", "&&", "||"] {
+                for op in ["==", "!=", "<", "<=", ">", ">=", "&&", "||", "+"] {
                     rules.push(format!("if {a} {op} {b} {{ deny(\"x\") }}"));
                 }
             }
@@ -639,7 +758,7 @@ mod tests {
             exprs.push(a.to_string());
             exprs.push(format!("!{a}"));
             for b in ATOMS {
-                for op in ["==", "!=", "<", "<=", ">", ">=", "&&", "||"] {
+                for op in ["==", "!=", "<", "<=", ">", ">=", "&&", "||", "+"] {
                     exprs.push(format!("{a} {op} {b}"));
                 }
             }
@@ -656,13 +775,15 @@ mod tests {
                 panic!("{text}: not a let");
             };
             for (i, req) in requests().iter().enumerate() {
-                let cx = super::Cx {
+                let mut cx = super::Cx {
                     req,
                     lists: &lists,
                     max_string: engine.max_string_size(),
+                    state: None,
                     vars: Vec::new(),
+                    calls: Vec::new(),
                 };
-                let compiled = super::compile_expr(&var.1, &[]);
+                let compiled = super::compile_expr(&var.1, &[], true);
                 let Some(native) = cx.eval(&compiled) else {
                     continue;
                 };
@@ -744,9 +865,16 @@ mod tests {
             .unwrap();
         let p = Precheck::compile(&ast).unwrap();
         let req = &requests()[0]; // ip 10.1.2.3: 8 bytes
-        assert!(p.rules_out(req, &lists(), 0));
-        assert!(p.rules_out(req, &lists(), 8));
-        assert!(!p.rules_out(req, &lists(), 7));
+        assert!(rules_out(&p, req, &lists(), 0));
+        assert!(rules_out(&p, req, &lists(), 8));
+        assert!(!rules_out(&p, req, &lists(), 7));
+        // and to a string made by `+`: "ip=" + ip is 11 bytes
+        let ast = engine
+            .compile_with_scope(&scope, "if \"ip=\" + req.ip == \"x\" { deny(\"a\") }")
+            .unwrap();
+        let p = Precheck::compile(&ast).unwrap();
+        assert!(rules_out(&p, req, &lists(), 11));
+        assert!(!rules_out(&p, req, &lists(), 10));
     }
 
     #[test]
@@ -788,10 +916,107 @@ mod tests {
         assert!(!compiled(&format!("{}if v1 {{ deny(\"a\") }}", lets(600))));
     }
 
-    /// The default rules that read only the request and the lists are pre-checked, and an
-    /// ordinary request rules them out.
+    /// What one evaluation answered: the outcome, "nothing", or the error text.
+    fn answer(r: Result<Dynamic, Box<rhai::EvalAltResult>>) -> String {
+        match r {
+            Ok(v) if v.is_unit() => "nothing".into(),
+            Ok(v) => format!("{:?}", v.try_cast::<super::super::Outcome>()),
+            Err(e) => format!("error: {e}"),
+        }
+    }
+
+    /// Rules with counting helpers, run as `RuleSet::eval` runs them (pre-check, then the
+    /// interpreter with the pre-check's calls replayed) against one state, and by the interpreter
+    /// alone against another, on the same sequence of requests: every answer is the same, so each
+    /// call was made exactly once (a call made twice would cross a limit sooner). Also returns
+    /// how many evaluations the pre-check ruled out after counting, and how many it handed over
+    /// with calls to replay (neither may be zero).
     #[test]
-    fn the_default_request_only_rules_are_pre_checked() {
+    fn counting_rules_count_once_whoever_answers() {
+        let rules = [
+            "if req.ip != \"\" && !rate_limit(\"ip:\" + req.ip, 1, 2) { deny(\"RATE_LIMITED\", \"ip\") }",
+            "let n = count(\"c:\" + req.user, 60000); if n > 4 { deny(\"n\") } else if n > 2 { challenge(\"n\") }",
+            "if req.device_id != \"\" && distinct(\"d:\" + req.device_id, req.user + \"\", 3600000) > 1 { score(10, \"d\") }",
+            "let r = reputation(req); if r >= 10 { deny(\"r\") } else if r >= 5 { challenge(\"r\") }",
+            "if reputation(\"ip\", req.ip) > 0 || count(\"k\", 60000) > 3 { deny(\"x\") }",
+            // the pre-check stops after counting: the interpreter must not count again
+            "let n = count(\"s\", 60000); if n > 2 && req.param(\"f\") > 1.0 { deny(\"f\") }",
+            "if count(\"t\", 60000) > 1 && rate_limit(\"u\", 1, 3) && req.param(\"sku\") > 1.5 { deny(\"t\") }",
+            "if count(\"v\" + req.param(\"sku\"), 60000) > 1 { deny(\"v\") }",
+            // errors are the interpreter's, once
+            "if rate_limit(\"e\", 1, -1) { deny(\"e\") }",
+            "if count(\"w\", 60000) > 0 && reputation(\"nope\", req.ip) > 0 { deny(\"w\") }",
+            "if distinct(\"x\", req.user, 60000) > 0 && rate_limit(\"x\", 1.5, 1) { deny(\"x\") }",
+            // counting inside a `.` chain is left to the interpreter
+            "if req.header(\"h\" + count(\"h\", 60000)) == \"\" && count(\"h2\", 60000) > 2 { deny(\"h\") }",
+            // (an error after counting both; the interpreter's order there is not left to right)
+            "if count(\"a\", 60000).param(count(\"b\", 60000)) == \"\" { deny(\"p\") }",
+            // 24 evaluations above: "a" and "b" were each counted 24 times, no more
+            "let a = count(\"a\", 60000); let b = count(\"b\", 60000); if a == 25 && b == 25 { deny(\"24\") } else if a != b || a < 25 { deny(\"!\") }",
+        ];
+        let lists = lists();
+        let (a, b) = (
+            super::super::RuleState::local(10_000),
+            super::super::RuleState::local(10_000),
+        );
+        let engine_a = build_engine(lists.clone(), Some(a.clone()));
+        let engine_b = build_engine(lists.clone(), Some(b.clone()));
+        let mut compile_scope = Scope::new();
+        compile_scope.push("req", Req::default());
+        let (mut ruled_out_after_counting, mut replayed) = (0, 0);
+        super::super::EVAL_NOW.with(|n| n.set(1_767_225_600_000));
+        for text in rules {
+            let ast = engine_a
+                .compile_with_scope(&compile_scope, text)
+                .unwrap_or_else(|e| panic!("{text}: {e}"));
+            let p = Precheck::compile(&ast).unwrap_or_else(|| panic!("{text}: no pre-check"));
+            for round in 0..6 {
+                for (i, req) in requests().iter().enumerate() {
+                    if round == 3 {
+                        // Reputation comes from elsewhere (`report`, decisions): both states.
+                        for st in [&a, &b] {
+                            st.report("ip", &req.ip, 4, 1_767_225_600_000).unwrap();
+                        }
+                    }
+                    let mut scope = Scope::new();
+                    scope.push_constant("req", req.clone());
+                    let with_precheck =
+                        match p.check(req, &lists, engine_a.max_string_size(), Some(&a)) {
+                            super::Checked::RuledOut => {
+                                // (only a rule with a counting call can have counted)
+                                ruled_out_after_counting += usize::from(
+                                    text.contains("count(")
+                                        || text.contains("rate_limit(")
+                                        || text.contains("distinct(")
+                                        || text.contains("reputation("),
+                                );
+                                "nothing".to_string()
+                            }
+                            super::Checked::Run(calls) => {
+                                replayed += usize::from(!calls.is_empty());
+                                answer(super::super::with_replay(calls, || {
+                                    engine_a.eval_ast_with_scope::<Dynamic>(&mut scope, &ast)
+                                }))
+                            }
+                        };
+                    let mut scope = Scope::new();
+                    scope.push_constant("req", req.clone());
+                    let alone = answer(engine_b.eval_ast_with_scope::<Dynamic>(&mut scope, &ast));
+                    assert_eq!(
+                        with_precheck, alone,
+                        "`{text}`, round {round}, request {i}: pre-check and interpreter disagree"
+                    );
+                }
+            }
+        }
+        assert!(ruled_out_after_counting > 50, "{ruled_out_after_counting}");
+        assert!(replayed > 20, "{replayed}");
+    }
+
+    /// The default rules that read only the request and the lists, and those that count, are
+    /// pre-checked, and an ordinary request rules them out.
+    #[test]
+    fn the_default_rules_are_pre_checked() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../rules");
         let engine = build_engine(lists(), None);
         let mut scope = Scope::new();
@@ -810,8 +1035,26 @@ mod tests {
             let ast = engine.compile_with_scope(&scope, &text).unwrap();
             let p = Precheck::compile(&ast).unwrap_or_else(|| panic!("{name}: no pre-check"));
             let req = &requests()[0];
-            assert!(p.rules_out(req, &lists(), 0), "{name}");
+            assert!(rules_out(&p, req, &lists(), 0), "{name}");
             assert_eq!(interpreted(&engine, &ast, req), Ok(true), "{name}");
+        }
+        // The counting ones too, with rule state: a first request is within every limit.
+        let state = super::super::RuleState::local(1_000);
+        for name in [
+            "edge/reputation.rhai",
+            "gateway/ip-rate.rhai",
+            "gateway/user-rate.rhai",
+            "business/device-many-accounts.rhai",
+        ] {
+            let text = std::fs::read_to_string(root.join(name)).unwrap();
+            let ast = engine.compile_with_scope(&scope, &text).unwrap();
+            let p = Precheck::compile(&ast).unwrap_or_else(|| panic!("{name}: no pre-check"));
+            let req = &requests()[0];
+            let checked = p.check(req, &lists(), 0, Some(&state));
+            assert!(
+                matches!(checked, super::Checked::RuledOut),
+                "{name}: {checked:?}"
+            );
         }
     }
 }
