@@ -1646,7 +1646,7 @@ impl RuleSet {
         &self,
         rule: &Rule,
         req: &Req,
-        scope: &mut Scope<'_>,
+        scope: &mut Scope<'static>,
     ) -> Result<Option<Outcome>, String> {
         let mut calls = Vec::new();
         if let Some(p) = &rule.precheck {
@@ -1655,6 +1655,10 @@ impl RuleSet {
                 precheck::Checked::RuledOut => return Ok(None),
                 precheck::Checked::Run(made) => calls = made,
             }
+        }
+        // The scope (`req`) is made for the first rule of the tier that runs in the interpreter.
+        if scope.is_empty() {
+            scope.push_constant("req", req.clone());
         }
         let base = scope.len();
         let result = with_replay(calls, || self.run(rule, scope));
@@ -1714,7 +1718,6 @@ impl RuleSet {
         // One write of the shared counter per tier, not one per rule (see `SetCounts`).
         let mut tally = Tally(&self.counts.evaluations, 0);
         let mut scope = Scope::new();
-        scope.push_constant("req", req.clone());
         EVAL_NOW.with(|n| n.set(req.now_ms));
         for &i in ids {
             let rule = &index.rules[i];
