@@ -183,37 +183,52 @@ pub(crate) async fn read_body(
     })
 }
 
-/// Judges one parsed request, records metrics and the decision log row.
-fn judge(rt: &Runtime, req: &DecideRequest, started: Instant) -> Result<DecisionOut, ApiError> {
+/// Judges one parsed request, records metrics and the decision log row (which takes the request's
+/// strings: it is not needed afterwards).
+fn judge(rt: &Runtime, req: DecideRequest, started: Instant) -> Result<DecisionOut, ApiError> {
     let now = now_ms();
     let mut verdict: Verdict = rt
         .engine
-        .decide(req, now)
+        .decide(&req, now)
         .inspect_err(|e| rt.metrics.api_error(e.code()))?;
     let version = std::mem::take(&mut verdict.ruleset_version);
     let elapsed = started.elapsed();
     let latency_us = elapsed.as_micros() as u64;
     rt.metrics.record(&req.app, &verdict, elapsed.as_secs_f64());
     let decision_id = rt.ids.next(now);
-    let c = &req.client;
+    let log = &rt.config.raw.decision_log;
+    let recorded = log
+        .record_request
+        .then(|| recorded_request(&req, log.record_request_max_bytes))
+        .flatten();
+    // The caller's `client.user_agent`, else the judged request's own header.
+    let header_agent = match req.client.user_agent {
+        Some(_) => None,
+        None => req.request.header("user-agent").map(str::to_string),
+    };
+    let DecideRequest {
+        app,
+        request,
+        client,
+        user_id,
+        ..
+    } = req;
+    let mut method = request.method;
+    method.make_ascii_uppercase();
     rt.log.submit(DecisionRecord {
         time_ms: now,
         decision_id: decision_id.clone(),
-        app: req.app.clone(),
-        method: req.request.method.to_ascii_uppercase(),
-        route: req.request.path.clone(),
-        user: req.user_id.clone(),
-        ip: c.ip.clone(),
-        device_id: c.device_id.clone(),
-        country: c.country.clone(),
-        isp: c.isp.clone(),
-        device_type: c.device_type.clone(),
-        // The caller's `client.user_agent`, else the judged request's own header.
-        user_agent: c
-            .user_agent
-            .clone()
-            .or_else(|| req.request.header("user-agent").map(str::to_string)),
-        ja3: c.ja3.clone(),
+        app,
+        method,
+        route: request.path,
+        user: user_id,
+        ip: client.ip,
+        device_id: client.device_id,
+        country: client.country,
+        isp: client.isp,
+        device_type: client.device_type,
+        user_agent: client.user_agent.or(header_agent),
+        ja3: client.ja3,
         tier: verdict.tier,
         rule: verdict.rule.clone(),
         action: verdict.action,
@@ -227,13 +242,7 @@ fn judge(rt: &Runtime, req: &DecideRequest, started: Instant) -> Result<Decision
         degraded: verdict.degraded,
         instance: rt.instance.clone(),
         score: verdict.score,
-        request: rt
-            .config
-            .raw
-            .decision_log
-            .record_request
-            .then(|| recorded_request(req, rt.config.raw.decision_log.record_request_max_bytes))
-            .flatten(),
+        request: recorded,
     });
     Ok(DecisionOut {
         decision_id,
@@ -282,7 +291,7 @@ struct Recorded<'a> {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     body_omitted: bool,
     device_id: &'a Option<String>,
-    headers: std::collections::BTreeMap<String, &'a str>,
+    headers: std::collections::BTreeMap<std::borrow::Cow<'a, str>, &'a str>,
     params: &'a Option<serde_json::Value>,
     query: &'a str,
 }
@@ -297,7 +306,14 @@ fn recorded_request(req: &DecideRequest, max: usize) -> Option<String> {
             .headers
             .iter()
             .filter(|(k, _)| !UNRECORDED_HEADERS.iter().any(|u| k.eq_ignore_ascii_case(u)))
-            .map(|(k, v)| (k.to_ascii_lowercase(), v.as_str()))
+            .map(|(k, v)| {
+                let k = if k.bytes().any(|b| b.is_ascii_uppercase()) {
+                    std::borrow::Cow::Owned(k.to_ascii_lowercase())
+                } else {
+                    std::borrow::Cow::Borrowed(k.as_str())
+                };
+                (k, v.as_str())
+            })
             .collect(),
         params: &req.params,
         query: &r.query,
@@ -332,7 +348,7 @@ async fn decide(
         rt.metrics.api_error(e.code);
         e
     })?;
-    let out = judge(&rt, &parsed, started)?;
+    let out = judge(&rt, parsed, started)?;
     Ok(HttpResponse::Ok().json(out))
 }
 
@@ -389,7 +405,7 @@ async fn authz(rt: web::Data<Runtime>, req: HttpRequest) -> HttpResponse {
     let started = Instant::now();
     let answer = authz_request(&req)
         .inspect_err(|e| rt.metrics.api_error(e.code))
-        .and_then(|d| judge(&rt, &d, started));
+        .and_then(|d| judge(&rt, d, started));
     match answer {
         Ok(out) => {
             let status = if out.action == rampart_core::Action::Allow {
@@ -457,7 +473,7 @@ async fn decide_batch(
         let started = Instant::now();
         let answer = serde_json::from_str::<DecideRequest>(item.get())
             .map_err(json_error)
-            .and_then(|r| judge(&rt, &r, started));
+            .and_then(|r| judge(&rt, r, started));
         out.push(match answer {
             Ok(d) => serde_json::to_value(d).unwrap_or_default(),
             Err(e) => {
