@@ -282,7 +282,7 @@ fn rfi(lower: &str) -> bool {
 
 /// Parameter names that PHP applications pass to `include`: a remote URL there is RFI.
 fn include_parameter(name: &str) -> bool {
-    let n = url_decode(name).to_ascii_lowercase();
+    let n = norm::decoded_lower(name);
     [
         "absolute_path",
         "[path]",
@@ -300,9 +300,10 @@ fn include_parameter(name: &str) -> bool {
 
 /// Session cookie names: sent as a parameter, they fix the victim's session.
 fn session_parameter(name: &str) -> bool {
-    let n = url_decode(name).trim().to_ascii_lowercase();
+    let n = norm::decoded_lower(name);
+    let n = n.trim();
     matches!(
-        n.as_str(),
+        n,
         "jsessionid"
             | "phpsessid"
             | "aspsessionid"
@@ -590,11 +591,15 @@ fn scan_pair(name: &str, value: Option<&str>) -> Option<Attack> {
     if session_parameter(name) {
         return Some(Attack::SessionFixation);
     }
-    let value = url_decode(value?).to_ascii_lowercase();
+    // The name first: it is cheaper, and most names are not include parameters.
+    if !include_parameter(name) {
+        return None;
+    }
+    let value = norm::decoded_lower(value?);
     let remote = ["http://", "https://", "ftp://", "ftps://"]
         .iter()
         .any(|p| value.trim_start().starts_with(p));
-    (remote && include_parameter(name)).then_some(Attack::Rfi)
+    remote.then_some(Attack::Rfi)
 }
 
 fn scan_form(s: &str) -> Option<Attack> {
@@ -653,11 +658,20 @@ pub fn scan_request<'a>(
     if let Some(a) = scan_form(query) {
         return Some((a, "query"));
     }
-    let mut body_json = None;
+    let body_json = if body.is_empty() {
+        None
+    } else {
+        serde_json::from_str::<serde_json::Value>(body).ok()
+    };
+    // Callers often send the body's JSON again as `params`, whole or in part: each string of the
+    // body that scanned clean is not scanned again there.
+    let mut clean = Clean {
+        strings: Vec::new(),
+        record: true,
+    };
     if !body.is_empty() {
-        let json = serde_json::from_str::<serde_json::Value>(body).ok();
-        let found = match &json {
-            Some(v) if v.is_object() || v.is_array() => scan_json(v),
+        let found = match &body_json {
+            Some(v) if v.is_object() || v.is_array() => scan_json(v, &mut clean),
             _ if body.contains('=') && !body.trim_start().starts_with('<') => {
                 scan_form(body).or_else(|| scan_value(body))
             }
@@ -666,11 +680,10 @@ pub fn scan_request<'a>(
         if let Some(a) = found {
             return Some((a, "body"));
         }
-        body_json = json;
     }
-    // Callers often send the body's JSON again as `params`: scan it once.
+    clean.record = false;
     let params = params.filter(|p| body_json.as_ref() != Some(*p));
-    if let Some(a) = params.and_then(scan_json) {
+    if let Some(a) = params.and_then(|p| scan_json(p, &mut clean)) {
         return Some((a, "params"));
     }
     for (name, value) in headers {
@@ -741,15 +754,40 @@ fn scan_cached(v: &str) -> Option<Attack> {
     found
 }
 
+/// Strings of one request that [`scan_value`] found clean: recorded while the body is scanned
+/// (the first [`CLEAN_MAX`]), then skipped in `params`.
+struct Clean<'s> {
+    strings: Vec<&'s str>,
+    record: bool,
+}
+
+/// Clean strings remembered per request: enough for the usual JSON body, and a bound on the
+/// lookups a huge `params` costs.
+const CLEAN_MAX: usize = 32;
+
+impl<'s> Clean<'s> {
+    /// `scan_value(s)`, or `None` when `s` is known clean.
+    fn scan(&mut self, s: &'s str) -> Option<Attack> {
+        if !self.record && self.strings.contains(&s) {
+            return None;
+        }
+        let found = scan_value(s);
+        if self.record && found.is_none() && self.strings.len() < CLEAN_MAX {
+            self.strings.push(s);
+        }
+        found
+    }
+}
+
 /// Every key and string of a JSON document; keys also as parameter names.
-fn scan_json(v: &serde_json::Value) -> Option<Attack> {
+fn scan_json<'s>(v: &'s serde_json::Value, clean: &mut Clean<'s>) -> Option<Attack> {
     match v {
-        serde_json::Value::String(s) => scan_value(s),
-        serde_json::Value::Array(a) => a.iter().find_map(scan_json),
+        serde_json::Value::String(s) => clean.scan(s),
+        serde_json::Value::Array(a) => a.iter().find_map(|x| scan_json(x, clean)),
         serde_json::Value::Object(m) => m.iter().find_map(|(k, x)| {
             scan_pair(k, x.as_str())
-                .or_else(|| scan_value(k))
-                .or_else(|| scan_json(x))
+                .or_else(|| clean.scan(k))
+                .or_else(|| scan_json(x, clean))
         }),
         _ => None,
     }

@@ -47,6 +47,18 @@ pub fn url_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// `url_decode(s).to_ascii_lowercase()`, without a copy when that is `s` itself (nothing to
+/// decode, nothing upper-case): most parameter names.
+pub fn decoded_lower(s: &str) -> Cow<'_, str> {
+    if s.bytes()
+        .any(|b| b == b'%' || b == b'+' || b.is_ascii_uppercase())
+    {
+        Cow::Owned(url_decode(s).to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
 /// Named HTML entities that matter for payloads (browsers and Log4j-style parsers accept them,
 /// some even without the closing `;`).
 const ENTITIES: &[(&str, char)] = &[
