@@ -6,7 +6,7 @@
 //!   an Aho-Corasick automaton (one pass over the value, whatever the list's size; ASCII
 //!   case-insensitive, which is what user-agent and keyword lists want).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 /// A set of IP addresses and CIDR blocks.
@@ -96,6 +96,31 @@ pub struct StringList {
     members: HashSet<Box<str>>,
     ordered: Vec<Box<str>>,
     automaton: Option<aho_corasick::AhoCorasick>,
+    /// Unique per built list (clones share it): keys the per-thread cache of substring answers.
+    id: u64,
+}
+
+/// Values at least this long have their substring answers cached: a few hundred user agents make
+/// up most traffic, and scanning one (about 100 bytes) through a large automaton costs a
+/// microsecond under load, against a hash of the value for a cached answer.
+const CACHED_MIN_LEN: usize = 16;
+/// Longer values are scanned every time (a cache of them would hold too much memory).
+const CACHED_MAX_LEN: usize = 256;
+/// Answers remembered per thread before the cache starts over.
+const CACHE_SIZE: usize = 4096;
+
+/// Lists with a cache per thread: the newest ones (a swapped-out rule set's lists fall out).
+const CACHED_LISTS: usize = 8;
+
+thread_local! {
+    /// Per list id, the answers of `contains_any` by value.
+    static ANY_CACHE: std::cell::RefCell<Vec<(u64, HashMap<Box<str>, bool>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn next_list_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl StringList {
@@ -117,6 +142,7 @@ impl StringList {
             members,
             ordered,
             automaton,
+            id: next_list_id(),
         }
     }
 
@@ -126,9 +152,36 @@ impl StringList {
 
     /// True when `haystack` contains any member as a substring (ASCII case-insensitive).
     pub fn contains_any(&self, haystack: &str) -> bool {
-        self.automaton
-            .as_ref()
-            .is_some_and(|a| a.is_match(haystack.as_bytes()))
+        let Some(a) = &self.automaton else {
+            return false;
+        };
+        if !(CACHED_MIN_LEN..=CACHED_MAX_LEN).contains(&haystack.len()) {
+            return a.is_match(haystack.as_bytes());
+        }
+        // Keyed by the whole value (no hash-collision risk), per list.
+        ANY_CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            let i = match c.iter().position(|(id, _)| *id == self.id) {
+                Some(i) => i,
+                None => {
+                    if c.len() >= CACHED_LISTS {
+                        c.remove(0);
+                    }
+                    c.push((self.id, HashMap::new()));
+                    c.len() - 1
+                }
+            };
+            let answers = &mut c[i].1;
+            if let Some(hit) = answers.get(haystack) {
+                return *hit;
+            }
+            let hit = a.is_match(haystack.as_bytes());
+            if answers.len() >= CACHE_SIZE {
+                answers.clear();
+            }
+            answers.insert(haystack.into(), hit);
+            hit
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -185,5 +238,49 @@ mod tests {
         assert!(l.contains_any("Mozilla/5.0 sqlmap/1.7"));
         assert!(l.contains_any("Mozilla/5.0 SQLMap/1.7"));
         assert!(!l.contains_any("Mozilla/5.0"));
+    }
+
+    /// Answers come from a per-thread cache for values of 16–256 bytes: asked again, by another
+    /// list, past the cache's size and past its list count, they are the automaton's.
+    #[test]
+    fn cached_substring_answers_are_the_automatons() {
+        let scanners = StringList::from_entries(["sqlmap", "nikto"]);
+        let browsers = StringList::from_entries(["mozilla"]);
+        let values = [
+            "Mozilla/5.0 (X11; Linux x86_64) sqlmap/1.7",
+            "Mozilla/5.0 (X11; Linux x86_64) Firefox/120",
+            "curl/8.0 nikto scan please",
+        ];
+        for round in 0..3 {
+            for v in values {
+                let by_automaton =
+                    |l: &StringList| l.automaton.as_ref().unwrap().is_match(v.as_bytes());
+                assert_eq!(
+                    scanners.contains_any(v),
+                    by_automaton(&scanners),
+                    "{round} {v}"
+                );
+                assert_eq!(
+                    browsers.contains_any(v),
+                    by_automaton(&browsers),
+                    "{round} {v}"
+                );
+            }
+        }
+        assert!(scanners.contains_any(values[0]) && !scanners.contains_any(values[1]));
+        assert!(browsers.contains_any(values[1]) && !browsers.contains_any(values[2]));
+        // Past the cache's size (it starts over) and with more lists than it keeps.
+        for i in 0..(CACHE_SIZE + 10) {
+            let v = format!("Mozilla/5.0 client number {i:08}");
+            assert!(!scanners.contains_any(&v));
+            assert!(browsers.contains_any(&v));
+        }
+        let others: Vec<StringList> = (0..CACHED_LISTS + 2)
+            .map(|_| StringList::from_entries(["firefox"]))
+            .collect();
+        for l in &others {
+            assert!(l.contains_any(values[1]) && !l.contains_any(values[0]));
+        }
+        assert!(scanners.contains_any(values[2]) && !scanners.contains_any(values[1]));
     }
 }
