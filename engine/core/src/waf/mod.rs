@@ -645,14 +645,13 @@ pub fn scan_request<'a>(
     headers: impl Iterator<Item = (&'a str, &'a str)>,
 ) -> Option<(Attack, &'static str)> {
     // Paths repeat as much as user agents do (one per route): their scans are cached too.
-    let path_scan = |p: &str| {
-        if p.len() <= MAX_CACHED_LEN {
-            scan_cached(p)
-        } else {
-            scan_value(p)
-        }
+    let path_scan = |p: &str| path_attack(p).or_else(|| scan_value(p));
+    let found = if path.len() <= MAX_CACHED_LEN {
+        cached(&PATH_CACHE, path, path_scan)
+    } else {
+        path_scan(path)
     };
-    if let Some(a) = path_attack(path).or_else(|| path_scan(path)) {
+    if let Some(a) = found {
         return Some((a, "path"));
     }
     if let Some(a) = scan_form(query) {
@@ -733,18 +732,33 @@ const SCAN_CACHE_SIZE: usize = 4096;
 /// Longer values are scanned every time (a cache of them would hold too much memory).
 const MAX_CACHED_LEN: usize = 1024;
 
+type ScanCache = std::cell::RefCell<std::collections::HashMap<Box<str>, Option<Attack>>>;
+
 thread_local! {
-    static SCAN_CACHE: std::cell::RefCell<std::collections::HashMap<Box<str>, Option<Attack>>> =
+    /// [`scan_value`] of header values.
+    static SCAN_CACHE: ScanCache =
+        std::cell::RefCell::new(std::collections::HashMap::with_capacity(SCAN_CACHE_SIZE));
+    /// The path's own checks ([`path_attack`]) and then [`scan_value`], of paths.
+    static PATH_CACHE: ScanCache =
         std::cell::RefCell::new(std::collections::HashMap::with_capacity(SCAN_CACHE_SIZE));
 }
 
 /// [`scan_value`] through a per-thread cache keyed by the whole value (no hash-collision risk).
 fn scan_cached(v: &str) -> Option<Attack> {
-    if let Some(hit) = SCAN_CACHE.with(|c| c.borrow().get(v).copied()) {
+    cached(&SCAN_CACHE, v, scan_value)
+}
+
+/// `scan(v)` through `cache`, keyed by the whole value.
+fn cached(
+    cache: &'static std::thread::LocalKey<ScanCache>,
+    v: &str,
+    scan: impl FnOnce(&str) -> Option<Attack>,
+) -> Option<Attack> {
+    if let Some(hit) = cache.with(|c| c.borrow().get(v).copied()) {
         return hit;
     }
-    let found = scan_value(v);
-    SCAN_CACHE.with(|c| {
+    let found = scan(v);
+    cache.with(|c| {
         let mut c = c.borrow_mut();
         if c.len() >= SCAN_CACHE_SIZE {
             c.clear();
@@ -888,5 +902,41 @@ mod tests {
         ] {
             assert_eq!(scan_value(v), None, "{v}");
         }
+    }
+
+    /// Paths and header values answer the same from the per-thread caches as scanned afresh, and a
+    /// params string the body already had is still judged (once).
+    #[test]
+    fn cached_and_remembered_scans_answer_as_fresh_ones() {
+        let none = std::iter::empty::<(&str, &str)>;
+        for _ in 0..3 {
+            for (path, want) in [
+                ("/api/cart/add", None),
+                ("/.git/config", Some(Attack::Traversal)),
+                ("/static/..%2f..%2fetc/passwd", Some(Attack::Traversal)),
+                ("/search/1' OR '1'='1' --", Some(Attack::Sqli)),
+                ("/a\r\nSet-Cookie: x", Some(Attack::Protocol)),
+                ("/a%0d%0aSet-Cookie:%20x", Some(Attack::Protocol)),
+            ] {
+                let found = scan_request(path, "", "", None, none());
+                assert_eq!(found.map(|(a, _)| a), want, "{path}");
+                assert_eq!(
+                    path_attack(path).or_else(|| scan_value(path)),
+                    want,
+                    "{path}"
+                );
+            }
+            let ua = [("user-agent", "Mozilla/5.0 <script>alert(1)</script>")];
+            let found = scan_request("/", "", "", None, ua.into_iter());
+            assert_eq!(found, Some((Attack::Xss, "header")));
+        }
+        let params = serde_json::json!({"q": "ok", "r": "1' OR '1'='1' --"});
+        let body = r#"{"q": "ok", "n": 1}"#;
+        let found = scan_request("/", "", body, Some(&params), none());
+        assert_eq!(found, Some((Attack::Sqli, "params")));
+        let body = r#"{"q": "1' OR '1'='1' --"}"#;
+        let params = serde_json::json!({"q": "1' OR '1'='1' --"});
+        let found = scan_request("/", "", body, Some(&params), none());
+        assert_eq!(found, Some((Attack::Sqli, "body")));
     }
 }
