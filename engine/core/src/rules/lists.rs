@@ -112,9 +112,12 @@ const CACHE_SIZE: usize = 4096;
 /// Lists with a cache per thread: the newest ones (a swapped-out rule set's lists fall out).
 const CACHED_LISTS: usize = 8;
 
+/// A list's id and its cached answers by value.
+type ListAnswers = (u64, HashMap<Box<str>, bool>);
+
 thread_local! {
     /// Per list id, the answers of `contains_any` by value.
-    static ANY_CACHE: std::cell::RefCell<Vec<(u64, HashMap<Box<str>, bool>)>> =
+    static ANY_CACHE: std::cell::RefCell<Vec<ListAnswers>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
