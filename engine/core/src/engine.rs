@@ -355,7 +355,24 @@ impl Engine {
 
     /// Judges one request at server time `now_ms`.
     pub fn decide(&self, req: &DecideRequest, now_ms: i64) -> Result<Verdict, RequestError> {
-        self.decide_in(req, now_ms, &mut RuleSession::default())
+        self.decide_in(req, None, now_ms, &mut RuleSession::default())
+    }
+
+    /// [`Engine::decide`], taking the request and giving it back: the rules read it in place
+    /// instead of a copy.
+    pub fn decide_owned(
+        &self,
+        req: DecideRequest,
+        now_ms: i64,
+    ) -> (Result<Verdict, RequestError>, DecideRequest) {
+        let rule_req = Req::from_owned(req, now_ms);
+        let v = self.decide_in(
+            rule_req.request(),
+            Some(&rule_req),
+            now_ms,
+            &mut RuleSession::default(),
+        );
+        (v, rule_req.into_request())
     }
 
     /// [`Engine::decide`], with a trace of every step and rule and its time. It has the same
@@ -367,15 +384,17 @@ impl Engine {
         now_ms: i64,
     ) -> Result<(Verdict, crate::trace::Trace), RequestError> {
         let mut session = RuleSession::traced();
-        let v = self.decide_in(req, now_ms, &mut session)?;
+        let v = self.decide_in(req, None, now_ms, &mut session)?;
         let tracer = session.trace.take().expect("a traced session");
         let trace = tracer.finish(&v);
         Ok((v, trace))
     }
 
+    /// `built`: the rules' view of `req`, when the caller has it already.
     fn decide_in(
         &self,
         req: &DecideRequest,
+        built: Option<&Req>,
         now_ms: i64,
         session: &mut RuleSession,
     ) -> Result<Verdict, RequestError> {
@@ -457,7 +476,10 @@ impl Engine {
             _ => self.rules.snapshot(),
         };
         let needs_req = !allowed && (set.rule_count() > 0 || candidate.is_some());
-        let rule_req = needs_req.then(|| Req::from_context(&ctx));
+        let rule_req = needs_req.then(|| match built {
+            Some(r) => r.clone(),
+            None => Req::from_context(&ctx),
+        });
         let mut v = self.decide_steps(&ctx, &set, rule_req.as_ref(), session, &body_hash);
         v.shadow = std::mem::take(&mut session.shadow);
         v.score = session.score;

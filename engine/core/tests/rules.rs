@@ -1026,3 +1026,37 @@ fn resolved_calls_never_leak_between_sets_or_between_rules_functions() {
         assert_eq!((v.code, v.rule.as_deref()), (Code::RuleDeny, Some("b")));
     }
 }
+
+/// `decide_owned` decides as `decide` does and gives the very request back (moved, not copied:
+/// the rules read it in place and keep no handle once the decision is made).
+#[test]
+fn an_owned_request_is_decided_in_place_and_given_back() {
+    // (A business rule: an edge rule answers before the nonce step, so there is no replay to see.)
+    let set = compile(&[rule(
+        "business/ua.rhai",
+        "ua",
+        1,
+        "",
+        "if req.user_agent == \"bad\" || req.header(\"X-Tag\") == \"bad\" { deny(\"ua\") }",
+    )]);
+    let (e, _) = engine_with(set);
+    let now = 1_000_000;
+    for (ua, tag, code) in [
+        ("good", "", Code::Ok),
+        ("bad", "", Code::RuleDeny),
+        ("good", "bad", Code::RuleDeny),
+    ] {
+        let mut r = request("shop", "/x", "192.0.2.1", ua, true);
+        if !tag.is_empty() {
+            r.request.headers.insert("x-tag".into(), tag.into());
+        }
+        let (app, body) = (r.app.as_ptr(), r.request.body.as_ref().map(|b| b.as_ptr()));
+        let (v, back) = e.decide_owned(r, now);
+        assert_eq!(v.unwrap().code, code, "{ua} {tag}");
+        assert_eq!(back.app.as_ptr(), app, "the request was copied");
+        assert_eq!(back.request.body.as_ref().map(|b| b.as_ptr()), body);
+        // Decided again, it is a replay, as with `decide`.
+        let (v, _) = e.decide_owned(back, now);
+        assert_eq!(v.unwrap().code, Code::ReplayDuplicate);
+    }
+}

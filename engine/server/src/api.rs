@@ -187,10 +187,8 @@ pub(crate) async fn read_body(
 /// strings: it is not needed afterwards).
 fn judge(rt: &Runtime, req: DecideRequest, started: Instant) -> Result<DecisionOut, ApiError> {
     let now = now_ms();
-    let mut verdict: Verdict = rt
-        .engine
-        .decide(&req, now)
-        .inspect_err(|e| rt.metrics.api_error(e.code()))?;
+    let (verdict, req) = rt.engine.decide_owned(req, now);
+    let mut verdict: Verdict = verdict.inspect_err(|e| rt.metrics.api_error(e.code()))?;
     let version = std::mem::take(&mut verdict.ruleset_version);
     let elapsed = started.elapsed();
     let latency_us = elapsed.as_micros() as u64;

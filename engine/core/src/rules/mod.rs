@@ -423,26 +423,15 @@ impl std::ops::Deref for Req {
     }
 }
 
-/// The fields of [`Req`]: cheap string handles.
+/// What [`Req`] holds: the judged request itself (its strings are read in place, never copied),
+/// the few values derived from it, and the decision's time.
 #[derive(Debug, Default)]
 pub struct ReqData {
-    pub app: ImmutableString,
-    pub method: ImmutableString,
-    pub path: ImmutableString,
-    pub query: ImmutableString,
-    pub body: ImmutableString,
-    pub user: ImmutableString,
-    pub ip: ImmutableString,
-    pub device_id: ImmutableString,
-    pub ja3: ImmutableString,
-    pub country: ImmutableString,
-    pub isp: ImmutableString,
-    pub device_type: ImmutableString,
-    pub user_agent: ImmutableString,
+    src: DecideRequest,
+    /// `request.method` in upper case, when it is not already.
+    method_upper: Option<Box<str>>,
     /// Server time of the decision (not a getter: helpers read it).
     pub now_ms: i64,
-    headers: HashMap<String, ImmutableString>,
-    params: serde_json::Value,
     /// The WAF scan of this request, done once however many rules ask.
     waf_hit: std::sync::OnceLock<Option<(crate::waf::Attack, &'static str)>>,
 }
@@ -452,53 +441,99 @@ impl Req {
         Self::from_request(ctx.request, ctx.now_ms)
     }
 
-    /// The rule-visible view of `r` at server time `now_ms`.
+    /// The rule-visible view of `r` at server time `now_ms` (a copy of `r`).
     pub fn from_request(r: &DecideRequest, now_ms: i64) -> Req {
-        let c = &r.client;
-        let s = |v: &Option<String>| v.as_deref().map(ImmutableString::from).unwrap_or_default();
-        let ua = c
-            .user_agent
-            .as_deref()
-            .or_else(|| r.request.header("user-agent"))
-            .map(ImmutableString::from)
-            .unwrap_or_default();
+        Self::from_owned(r.clone(), now_ms)
+    }
+
+    /// The rule-visible view of `r` at server time `now_ms`, taking `r` (see
+    /// [`Req::into_request`]).
+    pub fn from_owned(r: DecideRequest, now_ms: i64) -> Req {
+        let m = &r.request.method;
+        let method_upper = m
+            .bytes()
+            .any(|b| b.is_ascii_lowercase())
+            .then(|| m.to_ascii_uppercase().into_boxed_str());
         Req(Arc::new(ReqData {
-            app: r.app.as_str().into(),
-            method: r.request.method.to_ascii_uppercase().into(),
-            path: r.request.path.as_str().into(),
-            query: r.request.query.as_str().into(),
-            body: r.request.body.as_deref().unwrap_or("").into(),
-            user: s(&r.user_id),
-            ip: s(&c.ip),
-            device_id: s(&c.device_id),
-            ja3: s(&c.ja3),
-            country: s(&c.country),
-            isp: s(&c.isp),
-            device_type: s(&c.device_type),
-            user_agent: ua,
+            src: r,
+            method_upper,
             now_ms,
-            headers: r
-                .request
-                .headers
-                .iter()
-                .map(|(k, v)| (k.to_ascii_lowercase(), v.as_str().into()))
-                .collect(),
-            params: r.params.clone().unwrap_or(serde_json::Value::Null),
             waf_hit: std::sync::OnceLock::new(),
         }))
     }
+
+    /// The judged request back: taken when this is the last handle (rules keep none once a
+    /// decision is made), else copied.
+    pub fn into_request(self) -> DecideRequest {
+        match Arc::try_unwrap(self.0) {
+            Ok(data) => data.src,
+            Err(shared) => shared.src.clone(),
+        }
+    }
+}
+
+/// `""` for an absent value.
+fn or_empty(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or("")
 }
 
 impl ReqData {
+    /// The judged request.
+    pub fn request(&self) -> &DecideRequest {
+        &self.src
+    }
+
+    pub fn app(&self) -> &str {
+        &self.src.app
+    }
+
+    pub fn path(&self) -> &str {
+        &self.src.request.path
+    }
+
+    /// `request.method`, upper-cased.
+    pub fn method(&self) -> &str {
+        self.method_upper
+            .as_deref()
+            .unwrap_or(&self.src.request.method)
+    }
+
+    pub fn user(&self) -> &str {
+        or_empty(&self.src.user_id)
+    }
+
+    pub fn ip(&self) -> &str {
+        or_empty(&self.src.client.ip)
+    }
+
+    pub fn device_id(&self) -> &str {
+        or_empty(&self.src.client.device_id)
+    }
+
+    pub fn ja3(&self) -> &str {
+        or_empty(&self.src.client.ja3)
+    }
+
+    /// The caller's `client.user_agent`, else the judged request's own header.
+    pub fn user_agent(&self) -> &str {
+        self.src
+            .client
+            .user_agent
+            .as_deref()
+            .or_else(|| self.src.request.header("user-agent"))
+            .unwrap_or("")
+    }
+
     /// The first attack the WAF detectors find in the request, and where (cached).
     pub fn waf(&self) -> Option<(crate::waf::Attack, &'static str)> {
         *self.waf_hit.get_or_init(|| {
+            let r = &self.src.request;
             crate::waf::scan_request(
-                &self.path,
-                &self.query,
-                &self.body,
-                Some(&self.params),
-                self.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                &r.path,
+                &r.query,
+                r.body.as_deref().unwrap_or(""),
+                self.src.params.as_ref(),
+                r.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
             )
         })
     }
@@ -513,15 +548,13 @@ impl ReqData {
         self.waf().map(|(_, part)| part).unwrap_or("")
     }
 
-    fn header(&self, name: &str) -> ImmutableString {
-        self.headers
-            .get(&name.to_ascii_lowercase())
-            .cloned()
-            .unwrap_or_default()
+    /// `header(name)`, case-insensitive: "" when absent.
+    fn header(&self, name: &str) -> &str {
+        self.src.request.header(name).unwrap_or("")
     }
 
     fn param(&self, name: &str) -> Dynamic {
-        match self.params.get(name) {
+        match self.src.params.as_ref().and_then(|p| p.get(name)) {
             None | Some(serde_json::Value::Null) => Dynamic::UNIT,
             Some(serde_json::Value::String(s)) => s.clone().into(),
             Some(serde_json::Value::Bool(b)) => (*b).into(),
@@ -732,10 +765,10 @@ pub(super) fn reputation(st: &RuleState, kind: &str, value: &str) -> RhaiResult<
 /// `reputation(req)`: the worst reputation of the request's IP, device, JA3 and user.
 pub(super) fn reputation_of_request(st: &RuleState, r: &ReqData) -> RhaiResult<i64> {
     let pairs = [
-        ("ip", r.ip.as_str()),
-        ("device", r.device_id.as_str()),
-        ("ja3", r.ja3.as_str()),
-        ("user", r.user.as_str()),
+        ("ip", r.ip()),
+        ("device", r.device_id()),
+        ("ja3", r.ja3()),
+        ("user", r.user()),
     ];
     by_policy(
         "reputation",
@@ -765,10 +798,14 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
     e.register_type_with_name::<Req>("Request");
     // One table of getters for Rhai and the pre-check.
     for (name, get) in precheck::FIELDS {
-        e.register_get(name, move |r: &mut Req| get(r).clone());
+        e.register_get(name, move |r: &mut Req| -> ImmutableString {
+            get(r).into()
+        });
     }
-    e.register_fn("header", |r: &mut Req, name: &str| r.header(name))
-        .register_fn("param", |r: &mut Req, name: &str| r.param(name));
+    e.register_fn("header", |r: &mut Req, name: &str| -> ImmutableString {
+        r.header(name).into()
+    })
+    .register_fn("param", |r: &mut Req, name: &str| r.param(name));
 
     e.register_type_with_name::<Outcome>("Outcome");
     e.register_fn("allow", || Outcome::Allow);
@@ -873,7 +910,7 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
                 slow_ratio: num("slow_ratio", d.slow_ratio)?,
                 open_ms: num("open_ms", d.open_ms as f64)?.max(1.0) as i64,
             };
-            let key = crate::breaker::breaker_key(&r.app, &r.path);
+            let key = crate::breaker::breaker_key(r.app(), r.path());
             Ok(!b.allow(&key, EVAL_NOW.with(|n| n.get()), c))
         },
     );
@@ -1711,7 +1748,7 @@ impl RuleSet {
         session: &mut RuleSession,
     ) -> Option<Verdict> {
         let index = &self.tiers[tier.index()];
-        let ids = index.for_app(&req.app);
+        let ids = index.for_app(req.app());
         if ids.is_empty() {
             return None;
         }
@@ -1721,7 +1758,7 @@ impl RuleSet {
         EVAL_NOW.with(|n| n.set(req.now_ms));
         for &i in ids {
             let rule = &index.rules[i];
-            if !rule.applies_to_route(&req.path) {
+            if !rule.applies_to_route(req.path()) {
                 if let Some(t) = session.trace.as_deref_mut() {
                     let shadow = rule.meta.mode == Mode::Shadow;
                     t.rule(

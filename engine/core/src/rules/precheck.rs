@@ -27,7 +27,7 @@
 
 use rhai::{ASTFlags, Dynamic, Expr, FnCallExpr, ImmutableString, Stmt, AST};
 
-use super::{waf_value, Counting, Lists, Recorded, ReqData, RuleState};
+use super::{or_empty, waf_value, Counting, Lists, Recorded, ReqData, RuleState};
 
 /// What the pre-check found.
 #[derive(Debug)]
@@ -130,24 +130,26 @@ enum ListFn {
 }
 
 /// A request field's getter.
-pub(super) type Getter = fn(&ReqData) -> &ImmutableString;
+pub(super) type Getter = fn(&ReqData) -> &str;
 
 /// The request's string getters (`req.ip`, …): the rule engine registers these, and the pre-check
 /// reads the same.
 pub(super) const FIELDS: [(&str, Getter); 13] = [
-    ("app", |r| &r.app),
-    ("method", |r| &r.method),
-    ("path", |r| &r.path),
-    ("query", |r| &r.query),
-    ("body", |r| &r.body),
-    ("user", |r| &r.user),
-    ("ip", |r| &r.ip),
-    ("device_id", |r| &r.device_id),
-    ("ja3", |r| &r.ja3),
-    ("country", |r| &r.country),
-    ("isp", |r| &r.isp),
-    ("device_type", |r| &r.device_type),
-    ("user_agent", |r| &r.user_agent),
+    ("app", |r| r.app()),
+    ("method", |r| r.method()),
+    ("path", |r| r.path()),
+    ("query", |r| &r.request().request.query),
+    ("body", |r| {
+        r.request().request.body.as_deref().unwrap_or("")
+    }),
+    ("user", |r| r.user()),
+    ("ip", |r| r.ip()),
+    ("device_id", |r| r.device_id()),
+    ("ja3", |r| r.ja3()),
+    ("country", |r| or_empty(&r.request().client.country)),
+    ("isp", |r| or_empty(&r.request().client.isp)),
+    ("device_type", |r| or_empty(&r.request().client.device_type)),
+    ("user_agent", |r| r.user_agent()),
 ];
 
 /// A value the pre-check can hold. Strings are borrowed from the pre-check or the request where
@@ -393,7 +395,7 @@ impl<'a> Cx<'a> {
             P::Req => Some(V::Req),
             P::Var(slot) => self.vars.get(*slot).cloned(),
             P::Field(base, get) => match self.eval(base)? {
-                V::Req => self.string(V::Str(get(self.req).as_str())),
+                V::Req => self.string(V::Str(get(self.req))),
                 _ => None,
             },
             P::Len(base) => {
@@ -412,7 +414,7 @@ impl<'a> Cx<'a> {
                     return None;
                 };
                 let name = self.eval(name)?;
-                self.string(V::Owned(self.req.header(name.as_str()?)))
+                self.string(V::Str(self.req.header(name.as_str()?)))
             }
             P::Not(a) => match self.eval(a)? {
                 V::Bool(b) => Some(V::Bool(!b)),
@@ -975,7 +977,7 @@ mod tests {
                     if round == 3 {
                         // Reputation comes from elsewhere (`report`, decisions): both states.
                         for st in [&a, &b] {
-                            st.report("ip", &req.ip, 4, 1_767_225_600_000).unwrap();
+                            st.report("ip", req.ip(), 4, 1_767_225_600_000).unwrap();
                         }
                     }
                     let mut scope = Scope::new();
