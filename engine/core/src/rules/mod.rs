@@ -644,9 +644,22 @@ pub(super) enum Counting {
     ReputationOfRequest,
 }
 
-/// A counting helper's answer (`rate_limit`: 1 allowed, 0 refused) or error, as the pre-check got
-/// it.
-pub(super) type Recorded = (Counting, RhaiResult<i64>);
+/// A counting call the pre-check made: the helper, its arguments' digest ([`call_id`]), and its
+/// answer (`rate_limit`: 1 allowed, 0 refused) or error.
+#[derive(Debug)]
+pub(super) struct Recorded {
+    pub(super) helper: Counting,
+    pub(super) id: u64,
+    pub(super) answer: RhaiResult<i64>,
+}
+
+/// A digest of a counting call's arguments: the replay answers a call only with the record of the
+/// same helper on the same arguments.
+pub(super) fn call_id(key: &str, item: &str, numbers: [f64; 2]) -> u64 {
+    use xxhash_rust::xxh3::xxh3_64_with_seed;
+    let seed = numbers[0].to_bits() ^ numbers[1].to_bits().rotate_left(29);
+    xxh3_64_with_seed(item.as_bytes(), xxh3_64_with_seed(key.as_bytes(), seed))
+}
 
 thread_local! {
     /// The pre-check's calls of the rule now in the interpreter, last call first: the interpreter
@@ -655,12 +668,24 @@ thread_local! {
     static REPLAY: std::cell::RefCell<Vec<Recorded>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Puts the outer record back however the interpreter's run ends (a panic included).
+struct RestoreReplay(Option<Vec<Recorded>>);
+
+impl Drop for RestoreReplay {
+    fn drop(&mut self) {
+        if let Some(outer) = self.0.take() {
+            REPLAY.with(|r| *r.borrow_mut() = outer);
+        }
+    }
+}
+
 /// Runs `run` (the interpreter, on the rule the pre-check could not rule out) with the counting
 /// calls the pre-check made, in its order, answered from its record.
 fn with_replay<T>(mut calls: Vec<Recorded>, run: impl FnOnce() -> T) -> T {
     calls.reverse();
-    let outer = REPLAY.with(|r| r.replace(calls));
+    let mut restore = RestoreReplay(Some(REPLAY.with(|r| r.replace(calls))));
     let out = run();
+    let outer = restore.0.take().unwrap_or_default();
     let left = REPLAY.with(|r| r.replace(outer));
     debug_assert!(
         left.is_empty(),
@@ -669,21 +694,27 @@ fn with_replay<T>(mut calls: Vec<Recorded>, run: impl FnOnce() -> T) -> T {
     out
 }
 
-/// `call`, unless the pre-check already made it: then its recorded answer.
-fn replayed(helper: Counting, call: impl FnOnce() -> RhaiResult<i64>) -> RhaiResult<i64> {
+/// `call`, unless the pre-check already made it (the same helper on the same arguments, `id`):
+/// then its recorded answer.
+fn replayed(
+    helper: Counting,
+    id: impl FnOnce() -> u64,
+    call: impl FnOnce() -> RhaiResult<i64>,
+) -> RhaiResult<i64> {
     let recorded = REPLAY.with(|r| {
         let mut r = r.borrow_mut();
-        match r.last() {
-            None => None,
-            Some((h, _)) if *h == helper => r.pop().map(|(_, answer)| answer),
-            Some((h, _)) => {
-                // The pre-check evaluates in the interpreter's order, so this cannot happen; if it
-                // did, counting again beats answering with another helper's value.
-                debug_assert!(false, "{helper:?} called where the pre-check called {h:?}");
-                r.clear();
-                None
-            }
+        let last = r.last()?;
+        if last.helper == helper && last.id == id() {
+            return r.pop().map(|rec| rec.answer);
         }
+        // The pre-check evaluates in the interpreter's order, so this cannot happen; if it did,
+        // counting again beats answering with another call's value.
+        debug_assert!(
+            false,
+            "{helper:?} called where the pre-check called {last:?}"
+        );
+        r.clear();
+        None
     });
     recorded.unwrap_or_else(call)
 }
@@ -919,21 +950,30 @@ fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai::Engine {
     // already asked is answered from its record (`replayed`), never asked twice.
     let st = state.clone();
     e.register_fn("rate_limit", move |key: &str, rate: i64, burst: i64| {
-        replayed(Counting::RateLimit, || {
-            rate_limit(st.as_ref(), key, rate as f64, burst).map(i64::from)
-        })
+        let rate = rate as f64;
+        replayed(
+            Counting::RateLimit,
+            || call_id(key, "", [rate, burst as f64]),
+            || rate_limit(st.as_ref(), key, rate, burst).map(i64::from),
+        )
         .map(|allowed| allowed != 0)
     });
     let st = state.clone();
     e.register_fn("rate_limit", move |key: &str, rate: f64, burst: i64| {
-        replayed(Counting::RateLimit, || {
-            rate_limit(st.as_ref(), key, rate, burst).map(i64::from)
-        })
+        replayed(
+            Counting::RateLimit,
+            || call_id(key, "", [rate, burst as f64]),
+            || rate_limit(st.as_ref(), key, rate, burst).map(i64::from),
+        )
         .map(|allowed| allowed != 0)
     });
     let st = state;
     e.register_fn("count", move |key: &str, window_ms: i64| {
-        replayed(Counting::Count, || count(st.as_ref(), key, window_ms))
+        replayed(
+            Counting::Count,
+            || call_id(key, "", [window_ms as f64, 0.0]),
+            || count(st.as_ref(), key, window_ms),
+        )
     });
     if let Some(st) = full_state {
         register_state_helpers(&mut e, st);
@@ -945,7 +985,11 @@ fn register_state_helpers(e: &mut rhai::Engine, st: RuleState) {
     let now = || EVAL_NOW.with(|n| n.get());
     let s = st.clone();
     e.register_fn("distinct", move |key: &str, item: &str, window_ms: i64| {
-        replayed(Counting::Distinct, || distinct(&s, key, item, window_ms))
+        replayed(
+            Counting::Distinct,
+            || call_id(key, item, [window_ms as f64, 0.0]),
+            || distinct(&s, key, item, window_ms),
+        )
     });
     let s = st.clone();
     e.register_fn(
@@ -982,13 +1026,19 @@ fn register_state_helpers(e: &mut rhai::Engine, st: RuleState) {
     });
     let s = st.clone();
     e.register_fn("reputation", move |kind: &str, value: &str| {
-        replayed(Counting::Reputation, || reputation(&s, kind, value))
+        replayed(
+            Counting::Reputation,
+            || call_id(kind, value, [0.0, 0.0]),
+            || reputation(&s, kind, value),
+        )
     });
     let s = st.clone();
     e.register_fn("reputation", move |r: &mut Req| {
-        replayed(Counting::ReputationOfRequest, || {
-            reputation_of_request(&s, r)
-        })
+        replayed(
+            Counting::ReputationOfRequest,
+            || call_id("", "", [0.0, 0.0]),
+            || reputation_of_request(&s, r),
+        )
     });
     let s = st;
     e.register_fn(
