@@ -586,7 +586,10 @@ pub(crate) async fn query_endpoint(
         }
         None => {
             let dir = dl.dir.clone();
+            let writer = rt.clone();
             web::block(move || {
+                // Every decision already answered is in the files before they are read.
+                writer.log.flush();
                 if stats {
                     crate::query::stats_local(&dir, &f, now)
                 } else {
