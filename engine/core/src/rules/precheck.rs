@@ -1094,6 +1094,13 @@ mod tests {
         let engine = build_engine(lists(), None);
         let mut scope = Scope::new();
         scope.push("req", Req::default());
+        let compiled = |name: &str| {
+            let text = std::fs::read_to_string(root.join(name)).unwrap();
+            let ast = engine.compile_with_scope(&scope, &text).unwrap();
+            let p = Precheck::compile(&ast).unwrap_or_else(|| panic!("{name}: no pre-check"));
+            (ast, p)
+        };
+        let req = &requests()[0];
         for name in [
             "edge/waf-sqli.rhai",
             "edge/waf-xss.rhai",
@@ -1104,10 +1111,7 @@ mod tests {
             "edge/oversized.rhai",
             "gateway/hot-sku.rhai",
         ] {
-            let text = std::fs::read_to_string(root.join(name)).unwrap();
-            let ast = engine.compile_with_scope(&scope, &text).unwrap();
-            let p = Precheck::compile(&ast).unwrap_or_else(|| panic!("{name}: no pre-check"));
-            let req = &requests()[0];
+            let (ast, p) = compiled(name);
             assert!(rules_out(&p, req, &lists(), 0), "{name}");
             assert_eq!(interpreted(&engine, &ast, req), Ok(true), "{name}");
         }
@@ -1119,10 +1123,7 @@ mod tests {
             "gateway/user-rate.rhai",
             "business/device-many-accounts.rhai",
         ] {
-            let text = std::fs::read_to_string(root.join(name)).unwrap();
-            let ast = engine.compile_with_scope(&scope, &text).unwrap();
-            let p = Precheck::compile(&ast).unwrap_or_else(|| panic!("{name}: no pre-check"));
-            let req = &requests()[0];
+            let (_, p) = compiled(name);
             let checked = p.check(req, &lists(), 0, Some(&state));
             assert!(
                 matches!(checked, super::Checked::RuledOut),
