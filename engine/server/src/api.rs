@@ -15,7 +15,7 @@ use rampart_core::{Action, Code, DecideRequest, Verdict};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::now_ms;
-use crate::declog::DecisionRecord;
+use crate::declog::{DecisionRecord, RecordedJson};
 use crate::runtime::Runtime;
 
 /// An error of the API call itself.
@@ -294,7 +294,7 @@ struct Recorded<'a> {
     query: &'a str,
 }
 
-fn recorded_request(req: &DecideRequest, max: usize) -> Option<String> {
+fn recorded_request(req: &DecideRequest, max: usize) -> Option<RecordedJson> {
     let r = &req.request;
     let mut rec = Recorded {
         body: r.body.as_deref(),
@@ -316,14 +316,14 @@ fn recorded_request(req: &DecideRequest, max: usize) -> Option<String> {
         params: &req.params,
         query: &r.query,
     };
-    let s = serde_json::to_string(&rec).ok()?;
-    if s.len() <= max {
+    let s = RecordedJson::of(&rec)?;
+    if s.as_str().len() <= max {
         return Some(s);
     }
     rec.body = None;
     rec.body_omitted = true;
-    let s = serde_json::to_string(&rec).ok()?;
-    (s.len() <= max).then_some(s)
+    let s = RecordedJson::of(&rec)?;
+    (s.as_str().len() <= max).then_some(s)
 }
 
 async fn decide(
@@ -713,7 +713,8 @@ mod tests {
     #[test]
     fn the_recorded_request_keeps_what_backtests_need_and_no_credentials() {
         let r = request("{\"sku\":\"A-1\"}");
-        let rec: Value = serde_json::from_str(&recorded_request(&r, 4096).unwrap()).unwrap();
+        let rec: Value =
+            serde_json::from_str(recorded_request(&r, 4096).unwrap().as_str()).unwrap();
         assert_eq!(
             rec,
             json!({
@@ -726,7 +727,8 @@ mod tests {
         );
         // Too long with the body: the body goes, and says so; too long without it: nothing.
         let long = request(&"x".repeat(5000));
-        let rec: Value = serde_json::from_str(&recorded_request(&long, 4096).unwrap()).unwrap();
+        let rec: Value =
+            serde_json::from_str(recorded_request(&long, 4096).unwrap().as_str()).unwrap();
         assert_eq!(rec["body"], Value::Null);
         assert_eq!(rec["body_omitted"], true);
         assert_eq!(rec["params"]["sku"], "A-1");

@@ -206,7 +206,11 @@ impl ChRow {
             degraded: r.degraded as u8,
             instance: clean(&r.instance, MAX_FIELD),
             // Already bounded by `record_request_max_bytes`; JSON escapes control characters.
-            request: r.request.clone().unwrap_or_default(),
+            request: r
+                .request
+                .as_ref()
+                .map(|j| j.as_str().to_string())
+                .unwrap_or_default(),
             device_id: opt(&r.device_id, MAX_FIELD),
         }
     }

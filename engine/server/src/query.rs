@@ -444,7 +444,12 @@ fn local_decision(r: &Value) -> Value {
         "latency_us": r["latency_us"],
         "degraded": r.get("degraded").and_then(Value::as_bool).unwrap_or(false),
         "instance": s("instance"),
-        "request": recorded(&s("request")),
+        // An object since the log sets it in as it is; JSON text in a string in older files.
+        "request": match r.get("request") {
+            Some(Value::String(text)) => recorded(text),
+            Some(o @ Value::Object(_)) => o.clone(),
+            _ => Value::Null,
+        },
     })
 }
 

@@ -856,3 +856,84 @@ async fn the_openapi_document_covers_every_route_and_every_operation_is_served()
         }
     }
 }
+
+/// The local log's lines hold the recorded request as an object (not JSON text escaped into a
+/// string); the ring of recent decisions still shows it as a string, and the explorer reads both
+/// this and the older string form.
+#[actix_web::test]
+async fn local_log_holds_the_recorded_request_as_an_object_and_reads_the_older_string() {
+    let rt = runtime("recobj", "");
+    let app = app!(rt);
+    let now = rampart::clock::now_ms();
+    let body = r#"{"coupon":"A \"quoted\" \\ one","n":[1,2]}"#;
+    let (_, d) = post(
+        &app,
+        "/v1/decide",
+        signed("recobj-request-001", now, body).to_string(),
+    )
+    .await;
+    assert_eq!(d["code"], "OK", "{d}");
+    let dir = rt.config.raw.decision_log.dir.clone();
+    // A row as an older build wrote it: the recorded request as JSON text in a string.
+    let old_request = json!({"query": "old=1", "headers": {"user-agent": "old \"agent\""}, "body": null, "device_id": null, "params": null});
+    let old = json!({
+        "time_ms": now - 1, "decision_id": "old-row-1", "app": "shop", "method": "GET",
+        "route": "/old", "action": "allow", "code": "OK", "status": 200, "reasons": [],
+        "shadow": [], "ruleset_version": "none", "arm": "stable", "latency_us": 5,
+        "degraded": false, "instance": "i", "score": 0,
+        "request": old_request.to_string(),
+    });
+    std::fs::write(
+        dir.join("decisions-0000000000001-000001.jsonl"),
+        format!("{old}\n"),
+    )
+    .unwrap();
+
+    let get = |uri: &str| {
+        test::TestRequest::get()
+            .uri(uri)
+            .insert_header(("authorization", AUTHOR))
+            .to_request()
+    };
+    let recent: Value =
+        test::call_and_read_body_json(&app, get("/admin/v1/decisions/recent")).await;
+    let text = recent["decisions"][0]["request"]
+        .as_str()
+        .expect("a string in the ring");
+    let in_ring: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(in_ring["body"], body);
+
+    let found: Value =
+        test::call_and_read_body_json(&app, get("/admin/v1/decisions?limit=10")).await;
+    let rows = found["decisions"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{found}");
+    assert_eq!(rows[0]["decision_id"], d["decision_id"]);
+    assert_eq!(rows[0]["request"], in_ring);
+    assert_eq!(rows[0]["request"]["query"], "c=SPRING&lang=en");
+    assert!(rows[0]["request"]["headers"].get("x-signature").is_none());
+    assert_eq!(rows[1]["decision_id"], "old-row-1");
+    assert_eq!(rows[1]["request"], old_request);
+
+    rt.shutdown();
+    let mut lines = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with("decisions-") && name != "decisions-0000000000001-000001.jsonl" {
+            lines.extend(
+                std::fs::read_to_string(p)
+                    .unwrap()
+                    .lines()
+                    .map(str::to_string),
+            );
+        }
+    }
+    assert_eq!(lines.len(), 1);
+    let row: Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(
+        row["request"], in_ring,
+        "an object in the file: {}",
+        lines[0]
+    );
+    assert_eq!(row["decision_id"], d["decision_id"]);
+}
