@@ -1,8 +1,9 @@
 //! The load generator: keep-alive HTTP/1.1 connections on a single-threaded tokio runtime, each
 //! sending signed `/v1/decide` bodies (a fresh nonce, user and parameters per request) and
 //! waiting for the answer. Closed loop (as fast as answers come) measures the maximum rate; open
-//! loop (each connection on a fixed schedule) measures latency at a given rate, timed from the
-//! scheduled send so a stall counts against the server (no coordinated omission).
+//! loop (a pacer thread hands the connections evenly spaced send times) measures latency at a
+//! given rate, timed from the scheduled send so a stall counts against the server (no coordinated
+//! omission).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -125,15 +126,25 @@ pub fn run(addr: SocketAddr, connections: usize, duration: Duration, pace: Pace)
     rt.block_on(async move {
         let start = Instant::now();
         let deadline = start + duration;
+        // Open loop: one pacer thread hands each connection its scheduled send times, round
+        // robin, so sends leave evenly spaced. The runtime's own timer has a granularity of a
+        // millisecond: every send due within one tick would leave together, a burst the server
+        // must queue (at 20,000/s, 20 requests at once), which measured the generator's pacing
+        // rather than the server's latency.
+        let mut schedules: Vec<Option<Schedule>> = (0..connections).map(|_| None).collect();
+        if let Pace::Open { rate } = pace {
+            let mut senders = Vec::with_capacity(connections);
+            for slot in schedules.iter_mut() {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                senders.push(tx);
+                *slot = Some(rx);
+            }
+            std::thread::spawn(move || pacer(senders, start, deadline, rate));
+        }
         let mut tasks = Vec::new();
-        for c in 0..connections {
+        for (c, schedule) in schedules.into_iter().enumerate() {
             tasks.push(tokio::spawn(connection(
-                addr,
-                c as u64,
-                salt,
-                deadline,
-                pace,
-                connections,
+                addr, c as u64, salt, deadline, schedule,
             )));
         }
         let mut m = Measured::default();
@@ -155,13 +166,50 @@ pub fn run(addr: SocketAddr, connections: usize, duration: Duration, pace: Pace)
     })
 }
 
+/// The pacer's shortest sleep: each wake-up costs the machine a context switch or two, shared
+/// with the server under test.
+const PACER_TICK: Duration = Duration::from_micros(200);
+
+/// Scheduled send times for one connection (open loop).
+type Schedule = tokio::sync::mpsc::UnboundedReceiver<Instant>;
+
+/// Hands out send times `rate` per second from `start` until `deadline`, to the connections in
+/// turn, each when it is due (a thread of its own: its sleeps are precise to tens of µs).
+fn pacer(
+    senders: Vec<tokio::sync::mpsc::UnboundedSender<Instant>>,
+    start: Instant,
+    deadline: Instant,
+    rate: f64,
+) {
+    let interval = Duration::from_secs_f64(1.0 / rate.max(1.0));
+    let mut k = 0u64;
+    loop {
+        let now = Instant::now();
+        // Everything due goes out; then a sleep until the next is due, of at least PACER_TICK.
+        loop {
+            let at = start + interval.mul_f64(k as f64);
+            if at >= deadline {
+                return;
+            }
+            if at > now {
+                std::thread::sleep((at - now).max(PACER_TICK));
+                break;
+            }
+            let to = &senders[(k % senders.len() as u64) as usize];
+            if to.send(at).is_err() {
+                return;
+            }
+            k += 1;
+        }
+    }
+}
+
 async fn connection(
     addr: SocketAddr,
     conn: u64,
     salt: u64,
     deadline: Instant,
-    pace: Pace,
-    connections: usize,
+    mut schedule: Option<Schedule>,
 ) -> Measured {
     let mut m = Measured::default();
     let Ok(mut s) = TcpStream::connect(addr).await else {
@@ -169,34 +217,25 @@ async fn connection(
         return m;
     };
     let _ = s.set_nodelay(true);
-    let interval = match pace {
-        Pace::Closed => None,
-        Pace::Open { rate } => Some(Duration::from_secs_f64(connections as f64 / rate.max(1.0))),
-    };
-    // Spread the connections' schedules over one interval.
-    let mut next = Instant::now()
-        + interval.map_or(Duration::ZERO, |i| {
-            i.mul_f64(conn as f64 / connections as f64)
-        });
     let mut buf = Vec::with_capacity(4096);
     let mut seq = 0u64;
     // When the previous answer arrived.
     let mut free_at = Instant::now();
     loop {
-        let sent = match interval {
+        let sent = match schedule.as_mut() {
             None => Instant::now(),
-            Some(i) => {
-                let scheduled = next;
-                next += i;
-                tokio::time::sleep_until(scheduled.into()).await;
+            Some(times) => {
+                let Some(scheduled) = times.recv().await else {
+                    break;
+                };
                 if free_at <= scheduled {
                     let lag = Instant::now().saturating_duration_since(scheduled);
                     m.lag_us.push(lag.as_micros().min(u32::MAX as u128) as u32);
                 }
                 // A send the server delayed (the previous answer came after the scheduled time)
-                // counts from the schedule: no coordinated omission. A send the timer woke late
-                // for (its granularity is a millisecond) counts from when it went out: the
-                // generator's lateness is not the server's latency.
+                // counts from the schedule: no coordinated omission. A send the generator was
+                // late for (its thread's wake-up) counts from when it went out: the generator's
+                // lateness is not the server's latency.
                 if free_at > scheduled {
                     scheduled
                 } else {
