@@ -54,9 +54,36 @@ pub fn write_canonical_json(value: &Value, volatile: &[String], out: &mut String
     }
 }
 
+/// `s` as a JSON string, escaped exactly as `serde_json` escapes it (the reference, checked by a
+/// test over every ASCII character), without a string of its own per call.
 fn write_json_string(s: &str, out: &mut String) {
-    // serde_json's string escaping is the reference; writing a &str cannot fail.
-    out.push_str(&serde_json::to_string(s).unwrap_or_default());
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push('"');
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let short = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        start = i + 1;
+        if short.is_empty() {
+            out.push_str("\\u00");
+            out.push(HEX[(b >> 4) as usize] as char);
+            out.push(HEX[(b & 0xf) as usize] as char);
+        } else {
+            out.push_str(short);
+        }
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
 }
 
 /// Canonical JSON of `value` as a string.
@@ -138,6 +165,32 @@ impl FingerprintStore for LocalFingerprintStore {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them() {
+        let mut cases: Vec<String> = (0u8..=0x7f).map(|b| (b as char).to_string()).collect();
+        cases.extend(
+            [
+                "",
+                "plain",
+                "a\"b\\c\u{1}\u{1f}\u{7f}",
+                "é漢字🙂\n\t\r\u{8}\u{c}",
+                "\"\"\\\\",
+                "x\u{0}y",
+            ]
+            .map(str::to_string),
+        );
+        cases.push((0u8..=0x7f).map(|b| b as char).collect::<String>() + "ß");
+        for c in cases {
+            let mut out = String::from("prefix");
+            write_json_string(&c, &mut out);
+            assert_eq!(
+                out,
+                format!("prefix{}", serde_json::to_string(&c).unwrap()),
+                "{c:?}"
+            );
+        }
+    }
     use super::*;
     use serde_json::json;
 

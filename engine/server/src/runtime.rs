@@ -50,17 +50,21 @@ impl IdGen {
         let r = splitmix(self.seed ^ c);
         let hi = ((now_ms as u64 & 0xffff_ffff_ffff) << 16) | 0x7000 | ((self.seed >> 52) & 0x0fff);
         let lo = (0b10u64 << 62) | (r >> 2);
-        let v = ((hi as u128) << 64) | lo as u128;
-        let h = format!("{v:032x}");
-        format!(
-            "{}-{}-{}-{}-{}",
-            &h[0..8],
-            &h[8..12],
-            &h[12..16],
-            &h[16..20],
-            &h[20..32]
-        )
+        uuid_text(((hi as u128) << 64) | lo as u128)
     }
+}
+
+/// `v` as a UUID's text (8-4-4-4-12 lower-case hex digits), in one allocation.
+fn uuid_text(v: u128) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(36);
+    for i in 0..32 {
+        if matches!(i, 8 | 12 | 16 | 20) {
+            out.push('-');
+        }
+        out.push(HEX[((v >> (124 - 4 * i)) & 0xf) as usize] as char);
+    }
+    out
 }
 
 impl Default for IdGen {
@@ -540,4 +544,32 @@ fn host_name() -> String {
                 .filter(|h| !h.is_empty())
         })
         .unwrap_or_else(|| format!("rampart-{}", std::process::id()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decision_ids_are_uuid_v7_text_in_time_order() {
+        for v in [0u128, u128::MAX, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210] {
+            let h = format!("{v:032x}");
+            let want = format!(
+                "{}-{}-{}-{}-{}",
+                &h[0..8],
+                &h[8..12],
+                &h[12..16],
+                &h[16..20],
+                &h[20..]
+            );
+            assert_eq!(uuid_text(v), want);
+        }
+        let ids = IdGen::new();
+        let (a, b) = (ids.next(1_700_000_000_000), ids.next(1_700_000_000_001));
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "7", "version 7: {a}");
+        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"), "variant: {a}");
+        assert!(a < b, "{a} < {b}");
+        assert_ne!(ids.next(5), ids.next(5));
+    }
 }

@@ -210,7 +210,18 @@ impl RuleState {
     }
 
     fn reputation_key(kind: &str, value: &str) -> String {
-        format!("rep\u{1f}{kind}\u{1f}{value}")
+        let mut key = String::new();
+        Self::write_reputation_key(&mut key, kind, value);
+        key
+    }
+
+    fn write_reputation_key(key: &mut String, kind: &str, value: &str) {
+        key.clear();
+        key.reserve(kind.len() + value.len() + 5);
+        key.push_str("rep\u{1f}");
+        key.push_str(kind);
+        key.push('\u{1f}');
+        key.push_str(value);
     }
 
     /// Adds `points` to the reputation of (`kind`, `value`); empty values are ignored.
@@ -249,18 +260,28 @@ impl RuleState {
     /// The worst reputation among several (`kind`, `value`) pairs, read in one batch (one round
     /// trip on a shared store).
     pub fn worst_reputation(&self, pairs: &[(&str, &str)], now_ms: i64) -> Result<i64, StoreError> {
-        let keys: Vec<String> = pairs
-            .iter()
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(k, v)| Self::reputation_key(k, v))
-            .collect();
-        if keys.is_empty() {
-            return Ok(0);
+        // The keys are written into strings kept per thread (one decision reads up to four).
+        thread_local! {
+            static KEYS: std::cell::Cell<Vec<String>> = const { std::cell::Cell::new(Vec::new()) };
         }
-        let points = self
-            .limiter
-            .get_many(&keys, now_ms, self.reputation.window_ms)?;
-        Ok(points.into_iter().max().unwrap_or(0))
+        let mut keys = KEYS.take();
+        let mut n = 0;
+        for (kind, value) in pairs.iter().filter(|(_, v)| !v.is_empty()) {
+            if n == keys.len() {
+                keys.push(String::new());
+            }
+            Self::write_reputation_key(&mut keys[n], kind, value);
+            n += 1;
+        }
+        let worst = match n {
+            0 => Ok(0),
+            _ => self
+                .limiter
+                .get_many(&keys[..n], now_ms, self.reputation.window_ms)
+                .map(|points| points.into_iter().max().unwrap_or(0)),
+        };
+        KEYS.set(keys);
+        worst
     }
 
     /// Feeds a finished decision into reputation: what the gateway and business tiers refuse counts
@@ -2121,5 +2142,21 @@ mod tests {
     fn the_rule_engine_interns_no_strings() {
         let e = super::build_engine(Default::default(), None);
         assert_eq!(e.max_strings_interned(), 0);
+    }
+
+    /// The keys kept per thread between reads never carry one read's keys into the next.
+    #[test]
+    fn worst_reputation_reads_only_its_own_pairs() {
+        let st = super::RuleState::local(1000);
+        st.report("ip", "198.51.100.9", 40, 1_000).unwrap();
+        st.report("user", "u1", 5, 1_000).unwrap();
+        let read = |pairs: &[(&str, &str)]| st.worst_reputation(pairs, 2_000).unwrap();
+        assert_eq!(read(&[("ip", "198.51.100.9"), ("user", "u1")]), 40);
+        assert_eq!(read(&[("user", "u1")]), 5);
+        assert_eq!(read(&[("ip", ""), ("user", "u2")]), 0);
+        assert_eq!(read(&[]), 0);
+        // Same text, other kind: another key.
+        assert_eq!(read(&[("device", "198.51.100.9")]), 0);
+        assert_eq!(st.reputation("ip", "198.51.100.9", 2_000).unwrap(), 40);
     }
 }

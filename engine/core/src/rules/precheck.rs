@@ -240,16 +240,26 @@ impl Precheck {
         max_string: usize,
         state: Option<&RuleState>,
     ) -> Checked {
+        // The record's buffer is kept per thread for the next check while rules are ruled out
+        // (nearly always): no allocation per rule that counts.
+        thread_local! {
+            static CALLS: std::cell::Cell<Vec<Recorded>> = const { std::cell::Cell::new(Vec::new()) };
+        }
+        let mut calls = CALLS.take();
+        calls.clear();
         let mut cx = Cx {
             req,
             lists,
             max_string,
             state,
             vars: Vec::with_capacity(self.lets.len()),
-            calls: Vec::new(),
+            calls,
         };
         let ruled_out = self.rules_out_in(&mut cx);
         if ruled_out {
+            let mut calls = cx.calls;
+            calls.clear();
+            CALLS.set(calls);
             Checked::RuledOut
         } else {
             Checked::Run(cx.calls)
@@ -451,10 +461,18 @@ impl<'a> Cx<'a> {
             P::Concat(a, b) => {
                 let (a, b) = (self.eval(a)?, self.eval(b)?);
                 let (a, b) = (a.as_str()?, b.as_str()?);
-                let mut joined = String::with_capacity(a.len() + b.len());
-                joined.push_str(a);
-                joined.push_str(b);
-                self.string(V::Owned(joined.into()))
+                // A short join is made on the stack: the interpreter's string then takes one
+                // allocation, not two (a `String` first).
+                let mut buf = [0u8; 64];
+                let joined = match buf.get_mut(..a.len() + b.len()) {
+                    Some(out) => {
+                        out[..a.len()].copy_from_slice(a.as_bytes());
+                        out[a.len()..].copy_from_slice(b.as_bytes());
+                        ImmutableString::from(std::str::from_utf8(out).ok()?)
+                    }
+                    None => ImmutableString::from(format!("{a}{b}")),
+                };
+                self.string(V::Owned(joined))
             }
             P::Counting(f, args) => {
                 // Arguments first, left to right, as the interpreter evaluates them.
@@ -731,6 +749,8 @@ mod tests {
         "\"i64\"",
         "\"sqli\"",
         "\"ip:\" + req.ip",
+        // Joined past the pre-check's 64-byte stack buffer for some requests, not others.
+        "\"a prefix of fifty-five bytes, to cross the buffer: ip=\" + req.ip",
         "req.user + req.method",
         "12",
         "0",
