@@ -4,8 +4,11 @@
 //! bounded by `max_entries` (past it, inserts fail with [`Full`] and the caller's failure policy
 //! applies), and expired keys are dropped by `purge`.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
+
+use hashbrown::HashTable;
+
+use crate::shard::shard_of;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -16,8 +19,11 @@ const SHARDS: usize = 64;
 #[error("store is full ({0} live entries)")]
 pub struct Full(pub usize);
 
+type Shard<K> = Mutex<HashTable<(K, i64)>>;
+
 pub struct TtlSet<K> {
-    shards: Box<[Mutex<HashMap<K, i64>>]>,
+    /// (key, expiry in Unix ms) per shard.
+    shards: Box<[Shard<K>]>,
     hasher: std::collections::hash_map::RandomState,
     len: AtomicUsize,
     max_entries: usize,
@@ -81,7 +87,7 @@ pub(crate) fn shard_indices(
 impl<K: Hash + Eq> TtlSet<K> {
     pub fn new(max_entries: usize) -> Self {
         TtlSet {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashTable::new())).collect(),
             hasher: Default::default(),
             len: AtomicUsize::new(0),
             max_entries,
@@ -89,16 +95,18 @@ impl<K: Hash + Eq> TtlSet<K> {
         }
     }
 
-    fn shard(&self, key: &K) -> &Mutex<HashMap<K, i64>> {
+    /// `key`'s hash and its shard: one hash for the shard and the slot in its table.
+    fn shard(&self, key: &K) -> (u64, &Shard<K>) {
         let h = self.hasher.hash_one(key);
-        &self.shards[(h as usize) % SHARDS]
+        (h, &self.shards[shard_of(h, SHARDS)])
     }
 
     /// Inserts `key` with expiry `expires_at_ms` unless a live entry exists. Returns `Ok(true)` when
     /// inserted (first sighting), `Ok(false)` when a live entry was present.
     pub fn insert_if_absent(&self, key: K, now_ms: i64, expires_at_ms: i64) -> Result<bool, Full> {
-        let mut map = self.shard(&key).lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(exp) = map.get_mut(&key) {
+        let (hash, shard) = self.shard(&key);
+        let mut table = shard.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, exp)) = table.find_mut(hash, |(k, _)| *k == key) {
             if *exp > now_ms {
                 return Ok(false);
             }
@@ -109,14 +117,17 @@ impl<K: Hash + Eq> TtlSet<K> {
         if len >= self.max_entries {
             return Err(Full(len));
         }
-        map.insert(key, expires_at_ms);
+        table.insert_unique(hash, (key, expires_at_ms), |(k, _)| self.hasher.hash_one(k));
         self.len.fetch_add(1, Ordering::Relaxed);
         Ok(true)
     }
 
     pub fn contains(&self, key: &K, now_ms: i64) -> bool {
-        let map = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
-        map.get(key).is_some_and(|exp| *exp > now_ms)
+        let (hash, shard) = self.shard(key);
+        let table = shard.lock().unwrap_or_else(|e| e.into_inner());
+        table
+            .find(hash, |(k, _)| k == key)
+            .is_some_and(|(_, exp)| *exp > now_ms)
     }
 
     /// Drops expired entries: every shard about once per second (see [`PURGE_EVERY_MS`]), a few
@@ -126,7 +137,7 @@ impl<K: Hash + Eq> TtlSet<K> {
         for i in shard_indices(due, self.shards.len()) {
             let mut map = self.shards[i].lock().unwrap_or_else(|e| e.into_inner());
             let before = map.len();
-            map.retain(|_, exp| *exp > now_ms);
+            map.retain(|(_, exp)| *exp > now_ms);
             self.len.fetch_sub(before - map.len(), Ordering::Relaxed);
         }
     }
