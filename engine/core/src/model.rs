@@ -97,18 +97,44 @@ pub struct ClientInfo {
     pub user_agent: Option<String>,
 }
 
+/// `user_id`: a string, or a number taken as its decimal spelling (as `serde_json::Number` writes
+/// it: `42`, `-7`, `1.5`), or null. Read with a visitor: an untagged enum would first copy the
+/// value into serde's buffer.
 fn string_or_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Id {
-        S(String),
-        N(serde_json::Number),
+    struct Id;
+    impl<'de> serde::de::Visitor<'de> for Id {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string or a number")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(v.to_owned()))
+        }
+        fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+            Ok(Some(v))
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(Some(v.to_string()))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(Some(v.to_string()))
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            serde_json::Number::from_f64(v)
+                .map(|n| Some(n.to_string()))
+                .ok_or_else(|| E::custom("user_id: not a finite number"))
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(Id)
+        }
     }
-    Ok(match Option::<Id>::deserialize(d)? {
-        None => None,
-        Some(Id::S(s)) => Some(s),
-        Some(Id::N(n)) => Some(n.to_string()),
-    })
+    d.deserialize_option(Id)
 }
 
 /// The four answers.
@@ -387,6 +413,57 @@ impl Verdict {
             arm: crate::rollout::Arm::Stable,
             server_time_ms: None,
             skew_ms: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `user_id` reads as the untagged enum it replaced did: strings as they are, numbers in
+    /// `serde_json::Number`'s spelling, null and absence as none, anything else refused.
+    #[test]
+    fn user_ids_are_strings_or_numbers() {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Old {
+            S(String),
+            N(serde_json::Number),
+        }
+        let ids = [
+            r#""u-1""#,
+            r#""é\"x""#,
+            "42",
+            "-7",
+            "0",
+            "18446744073709551615",
+            "-9223372036854775808",
+            "1.5",
+            "1e3",
+            "1E-7",
+            "100.0",
+            "123456789012345678901234567890",
+        ];
+        for id in ids {
+            let body = format!(r#"{{"app":"a","user_id":{id}}}"#);
+            let new: DecideRequest = serde_json::from_str(&body).unwrap();
+            let old = match serde_json::from_str::<Old>(id).unwrap() {
+                Old::S(s) => s,
+                Old::N(n) => n.to_string(),
+            };
+            assert_eq!(new.user_id.as_deref(), Some(old.as_str()), "{id}");
+        }
+        for none in [r#"{"app":"a"}"#, r#"{"app":"a","user_id":null}"#] {
+            let r: DecideRequest = serde_json::from_str(none).unwrap();
+            assert_eq!(r.user_id, None);
+        }
+        for bad in ["true", "[1]", r#"{"id":1}"#] {
+            let body = format!(r#"{{"app":"a","user_id":{bad}}}"#);
+            assert!(
+                serde_json::from_str::<DecideRequest>(&body).is_err(),
+                "{bad}"
+            );
         }
     }
 }
