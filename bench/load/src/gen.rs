@@ -124,6 +124,11 @@ pub fn run(addr: SocketAddr, connections: usize, duration: Duration, pace: Pace)
     let _ = getrandom::getrandom(&mut salt);
     let salt = u64::from_le_bytes(salt);
     rt.block_on(async move {
+        // Every connection is made before the clock starts: connecting is not part of any answer.
+        let mut streams = Vec::with_capacity(connections);
+        for _ in 0..connections {
+            streams.push(TcpStream::connect(addr).await.ok());
+        }
         let start = Instant::now();
         let deadline = start + duration;
         // Open loop: one pacer thread hands each connection its scheduled send times, round
@@ -142,9 +147,9 @@ pub fn run(addr: SocketAddr, connections: usize, duration: Duration, pace: Pace)
             std::thread::spawn(move || pacer(senders, start, deadline, rate));
         }
         let mut tasks = Vec::new();
-        for (c, schedule) in schedules.into_iter().enumerate() {
+        for (c, (stream, schedule)) in streams.into_iter().zip(schedules).enumerate() {
             tasks.push(tokio::spawn(connection(
-                addr, c as u64, salt, deadline, schedule,
+                stream, c as u64, salt, deadline, schedule,
             )));
         }
         let mut m = Measured::default();
@@ -186,36 +191,37 @@ fn pacer(
     loop {
         let now = Instant::now();
         // Everything due goes out; then a sleep until the next is due, of at least PACER_TICK.
+        // A connection that ended (its receiver is gone) loses its turns; the others go on.
         loop {
             let at = start + interval.mul_f64(k as f64);
-            if at >= deadline {
+            if at >= deadline || senders.iter().all(|s| s.is_closed()) {
                 return;
             }
             if at > now {
                 std::thread::sleep((at - now).max(PACER_TICK));
                 break;
             }
-            let to = &senders[(k % senders.len() as u64) as usize];
-            if to.send(at).is_err() {
-                return;
-            }
+            let _ = senders[(k % senders.len() as u64) as usize].send(at);
             k += 1;
         }
     }
 }
 
 async fn connection(
-    addr: SocketAddr,
+    stream: Option<TcpStream>,
     conn: u64,
     salt: u64,
     deadline: Instant,
     mut schedule: Option<Schedule>,
 ) -> Measured {
     let mut m = Measured::default();
-    let Ok(mut s) = TcpStream::connect(addr).await else {
+    let Some(mut s) = stream else {
         m.errors += 1;
         return m;
     };
+    let addr = s
+        .peer_addr()
+        .map_or_else(|_| "127.0.0.1".into(), |a| a.to_string());
     let _ = s.set_nodelay(true);
     let mut buf = Vec::with_capacity(4096);
     let mut seq = 0u64;

@@ -59,22 +59,36 @@ pub struct DecisionRecord {
 
 /// JSON text made by `serde_json` (the only way to build one), so a log line can hold it as it
 /// is. Serialised as a string (the ring of recent decisions shows it so).
-#[derive(Debug, Clone, Serialize)]
-#[serde(transparent)]
-pub struct RecordedJson(String);
+#[derive(Debug, Clone)]
+pub struct RecordedJson {
+    text: String,
+    /// Whether a log line may hold it as an object: not when it nests so deep that the line,
+    /// two levels deeper, would pass `serde_json`'s nesting limit (128) and the queries could not
+    /// read the row back. Such a request is kept as a string, as older logs kept every one.
+    inline: bool,
+}
+
+impl Serialize for RecordedJson {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+/// Deepest nesting of a recorded request a log line holds as an object.
+pub const INLINE_MAX_DEPTH: usize = 64;
 
 impl RecordedJson {
-    /// `v` as JSON text.
-    pub fn of(v: &impl Serialize) -> Option<RecordedJson> {
-        serde_json::to_string(v).ok().map(RecordedJson)
+    /// `v` as JSON text; `depth` is how deep its values nest (at most [`INLINE_MAX_DEPTH`] for a
+    /// line to hold it as an object).
+    pub fn of(v: &impl Serialize, depth: usize) -> Option<RecordedJson> {
+        serde_json::to_string(v).ok().map(|text| RecordedJson {
+            text,
+            inline: depth <= INLINE_MAX_DEPTH,
+        })
     }
 
     pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    pub fn into_string(self) -> String {
-        self.0
+        &self.text
     }
 }
 
@@ -412,7 +426,8 @@ impl Writer {
 }
 
 /// One line of the local log: the record as a JSON object, its recorded request (already JSON
-/// text) set in as an object rather than escaped into a string. Escaping it was most of the
+/// text) set in as an object rather than escaped into a string (unless it nests too deep, see
+/// [`RecordedJson`]). Escaping it was most of the
 /// writer thread's CPU, and the writer shares the cores with the decision path. False when the
 /// record cannot be serialised (nothing is written then).
 fn file_line(rec: &mut DecisionRecord, line: &mut Vec<u8>) -> bool {
@@ -421,7 +436,11 @@ fn file_line(rec: &mut DecisionRecord, line: &mut Vec<u8>) -> bool {
     if let (true, Some(r), Some(b'}')) = (ok, request.as_ref(), line.last()) {
         line.pop();
         line.extend_from_slice(b",\"request\":");
-        line.extend_from_slice(r.as_str().as_bytes());
+        if r.inline {
+            line.extend_from_slice(r.as_str().as_bytes());
+        } else if serde_json::to_writer(&mut *line, r.as_str()).is_err() {
+            line.extend_from_slice(b"null");
+        }
         line.push(b'}');
     }
     rec.request = request;
