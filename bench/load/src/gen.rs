@@ -149,7 +149,7 @@ pub fn run(addr: SocketAddr, connections: usize, duration: Duration, pace: Pace)
         let mut tasks = Vec::new();
         for (c, (stream, schedule)) in streams.into_iter().zip(schedules).enumerate() {
             tasks.push(tokio::spawn(connection(
-                stream, c as u64, salt, deadline, schedule,
+                addr, stream, c as u64, salt, deadline, schedule,
             )));
         }
         let mut m = Measured::default();
@@ -208,6 +208,7 @@ fn pacer(
 }
 
 async fn connection(
+    addr: SocketAddr,
     stream: Option<TcpStream>,
     conn: u64,
     salt: u64,
@@ -219,9 +220,6 @@ async fn connection(
         m.errors += 1;
         return m;
     };
-    let addr = s
-        .peer_addr()
-        .map_or_else(|_| "127.0.0.1".into(), |a| a.to_string());
     let _ = s.set_nodelay(true);
     let mut buf = Vec::with_capacity(4096);
     let mut seq = 0u64;

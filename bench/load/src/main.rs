@@ -107,12 +107,6 @@ impl Row {
     }
 }
 
-/// The run with the median maximum rate (a real measurement, its latencies with it).
-fn median(mut rows: Vec<Row>) -> Row {
-    rows.sort_by(|x, y| x.max.rps().total_cmp(&y.max.rps()));
-    rows.swap_remove(rows.len() / 2)
-}
-
 fn measure(name: &str, addr: std::net::SocketAddr, a: &RunArgs) -> Row {
     let d = Duration::from_secs_f64(a.seconds);
     // Warm up: connections, caches, the JIT-free but allocation-heavy first seconds.
@@ -275,7 +269,9 @@ fn main() -> std::process::ExitCode {
                 es.push(measure("engine, local state", e.addr, &a));
             }
         }
-        if !es.is_empty() {
+        if es.is_empty() {
+            rows.append(&mut bs);
+        } else {
             let ratios: Vec<f64> = bs
                 .iter()
                 .zip(&es)
@@ -291,17 +287,10 @@ fn main() -> std::process::ExitCode {
                     "vs_baseline": r,
                 }))
                 .collect::<Vec<_>>());
-        }
-        if es.is_empty() {
-            rows.push(median(bs));
-        } else {
             // The round with the median ratio, both of its rows: a ratio of one round's two
             // measurements, taken a few seconds apart.
-            let mut order: Vec<usize> = (0..es.len()).collect();
-            order.sort_by(|&x, &y| {
-                let r = |i: usize| es[i].max.rps() / bs[i].max.rps();
-                r(x).total_cmp(&r(y))
-            });
+            let mut order: Vec<usize> = (0..ratios.len()).collect();
+            order.sort_by(|&x, &y| ratios[x].total_cmp(&ratios[y]));
             let mid = order[order.len() / 2];
             eprintln!("  reported: round {} (the median ratio)", mid + 1);
             report["reported_round"] = json!(mid + 1);

@@ -317,10 +317,7 @@ fn recorded_request(req: &DecideRequest, max: usize) -> Option<RecordedJson> {
         query: &r.query,
     };
     // The recorded object, then params (the only part that nests).
-    let depth = 1 + req
-        .params
-        .as_ref()
-        .map_or(0, |p| nesting(p, crate::declog::INLINE_MAX_DEPTH));
+    let depth = 1 + req.params.as_ref().map_or(0, crate::declog::nesting);
     let s = RecordedJson::of(&rec, depth)?;
     if s.as_str().len() <= max {
         return Some(s);
@@ -329,20 +326,6 @@ fn recorded_request(req: &DecideRequest, max: usize) -> Option<RecordedJson> {
     rec.body_omitted = true;
     let s = RecordedJson::of(&rec, depth)?;
     (s.as_str().len() <= max).then_some(s)
-}
-
-/// How deep `v` nests (a scalar 0, `[]` 1, `[[1]]` 2), counted no further than `cap + 1`.
-fn nesting(v: &serde_json::Value, cap: usize) -> usize {
-    use serde_json::Value;
-    let inner = |items: &mut dyn Iterator<Item = &Value>| match cap {
-        0 => 0,
-        _ => items.map(|x| nesting(x, cap - 1)).max().unwrap_or(0),
-    };
-    match v {
-        Value::Array(a) => 1 + inner(&mut a.iter()),
-        Value::Object(o) => 1 + inner(&mut o.values()),
-        _ => 0,
-    }
 }
 
 async fn decide(

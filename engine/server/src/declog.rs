@@ -75,7 +75,25 @@ impl Serialize for RecordedJson {
 }
 
 /// Deepest nesting of a recorded request a log line holds as an object.
-pub const INLINE_MAX_DEPTH: usize = 64;
+const INLINE_MAX_DEPTH: usize = 64;
+
+/// How deep `v` nests (a scalar 0, `[]` 1, `[[1]]` 2), counted no further than one past
+/// [`INLINE_MAX_DEPTH`].
+pub fn nesting(v: &serde_json::Value) -> usize {
+    fn walk(v: &serde_json::Value, cap: usize) -> usize {
+        use serde_json::Value;
+        let inner = |items: &mut dyn Iterator<Item = &Value>| match cap {
+            0 => 0,
+            _ => items.map(|x| walk(x, cap - 1)).max().unwrap_or(0),
+        };
+        match v {
+            Value::Array(a) => 1 + inner(&mut a.iter()),
+            Value::Object(o) => 1 + inner(&mut o.values()),
+            _ => 0,
+        }
+    }
+    walk(v, INLINE_MAX_DEPTH)
+}
 
 impl RecordedJson {
     /// `v` as JSON text; `depth` is how deep its values nest (at most [`INLINE_MAX_DEPTH`] for a
