@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rampart_core::canonical::canonical_query;
+use rampart_core::replay::canonical::canonical_query;
 use rampart_core::forward::CheckRequest;
 
 fuzz_target!(|data: &[u8]| {

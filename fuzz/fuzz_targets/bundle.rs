@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use rampart_core::bundle::{Bundle, FileHash, Origin, PublicKey, SecretKey};
+use rampart_core::lifecycle::bundle::{Bundle, FileHash, Origin, PublicKey, SecretKey};
 
 struct Fixture {
     doc: Vec<u8>,

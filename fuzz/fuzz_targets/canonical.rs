@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rampart_core::canonical::{body_sha256_hex, canonical_query, SignedFields, Signer};
+use rampart_core::replay::canonical::{body_sha256_hex, canonical_query, SignedFields, Signer};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

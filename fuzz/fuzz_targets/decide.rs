@@ -6,11 +6,12 @@
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use rampart_core::bloom::SlicedBloomConfig;
-use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy};
+use rampart_core::replay::bloom::SlicedBloomConfig;
+use rampart_core::engine::EngineSettings;
+use rampart_core::policy::{AppPolicy, DedupPolicy, FailPolicy};
 use rampart_core::rules::{LiveRules, RuleSet, RuleSettings, RuleState, Source};
-use rampart_core::fingerprint::LocalFingerprintStore;
-use rampart_core::nonce::BloomNonceStore;
+use rampart_core::replay::fingerprint::LocalFingerprintStore;
+use rampart_core::replay::nonce::BloomNonceStore;
 use rampart_core::{DecideRequest, Engine};
 
 fn default_rules() -> RuleSet {

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rampart_core::bundle::Origin;
+use rampart_core::lifecycle::bundle::Origin;
 use rampart_core::rules::Source;
 
 fn git(dir: &Path, args: &[&str]) -> Result<Vec<u8>, String> {

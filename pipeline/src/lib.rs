@@ -1,7 +1,7 @@
 //! `rampart-rules`: the rule pipeline for CI. It validates, tests, diffs, bundles, signs and
 //! promotes rule sets with the engine core's own compiler and regression runner
-//! (`rampart_core::rules`, `rampart_core::regress`, `rampart_core::backtest`,
-//! `rampart_core::bundle`), so a set that passes here cannot fail at upload for another reason.
+//! (`rampart_core::rules`, `rampart_core::lifecycle::regress`, `rampart_core::lifecycle::backtest`,
+//! `rampart_core::lifecycle::bundle`), so a set that passes here cannot fail at upload for another reason.
 //!
 //! Exit codes: 0 success, 1 the check failed (invalid rules, a ratchet regression, a refused
 //! bundle or promotion), 2 the command could not run (bad arguments, unreadable files, no
@@ -17,9 +17,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use rampart_core::backtest;
-use rampart_core::bundle::{Bundle, PublicKey, SecretKey};
-use rampart_core::regress::{Report, Runner, Sample};
+use rampart_core::lifecycle::backtest;
+use rampart_core::lifecycle::bundle::{Bundle, PublicKey, SecretKey};
+use rampart_core::lifecycle::regress::{Report, Runner, Sample};
 use rampart_core::rules::{RuleError, RuleSet, RuleSettings, RuleState, Source};
 use serde_json::{json, Value};
 
@@ -412,7 +412,7 @@ fn sh(s: &str) -> String {
     }
 }
 
-fn expected(e: &rampart_core::regress::Expect) -> String {
+fn expected(e: &rampart_core::lifecycle::regress::Expect) -> String {
     format!(
         "{}{}{}",
         e.action.as_str(),
@@ -909,7 +909,11 @@ fn bundle(
 }
 
 /// A refused bundle, for people or as JSON.
-fn bundle_refused(path: &Path, e: &rampart_core::bundle::BundleError, json: bool) -> Fail {
+fn bundle_refused(
+    path: &Path,
+    e: &rampart_core::lifecycle::bundle::BundleError,
+    json: bool,
+) -> Fail {
     Fail::Check(if json {
         pretty(&json!({ "ok": false, "code": e.code(), "message": e.to_string() }))
     } else {
@@ -928,7 +932,7 @@ fn verify(path: &Path, keys: &[String], json: bool) -> Out {
         .iter()
         .enumerate()
         .map(|(i, k)| {
-            let text = if k.starts_with(rampart_core::bundle::PUBLIC_PREFIX) {
+            let text = if k.starts_with(rampart_core::lifecycle::bundle::PUBLIC_PREFIX) {
                 k.clone()
             } else {
                 std::fs::read_to_string(k).map_err(|e| format!("{k}: {e}"))?

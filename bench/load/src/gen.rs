@@ -67,9 +67,9 @@ pub fn decide_body(conn: u64, seq: u64, salt: u64) -> Vec<u8> {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis() as i64;
-    let h = rampart_core::sign::sign(
+    let h = rampart_core::replay::sign::sign(
         SECRET,
-        &rampart_core::sign::ToSign {
+        &rampart_core::replay::sign::ToSign {
             app: APP,
             method: "POST",
             path: PATH,

@@ -16,15 +16,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use rampart_core::bloom::SlicedBloomConfig;
-use rampart_core::canonical::{SignedFields, Signer};
-use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy};
-use rampart_core::fingerprint::{canonical_json, fingerprint, LocalFingerprintStore, Submission};
-use rampart_core::limits::{LimiterStore, LocalLimiter};
+use rampart_core::engine::EngineSettings;
 use rampart_core::model::{DecideRequest, JudgedRequest};
-use rampart_core::nonce::BloomNonceStore;
+use rampart_core::policy::{AppPolicy, DedupPolicy, FailPolicy};
+use rampart_core::replay::bloom::SlicedBloomConfig;
+use rampart_core::replay::canonical::{SignedFields, Signer};
+use rampart_core::replay::fingerprint::{
+    canonical_json, fingerprint, LocalFingerprintStore, Submission,
+};
+use rampart_core::replay::nonce::BloomNonceStore;
+use rampart_core::replay::sign::{sign, ToSign};
 use rampart_core::rules::{LiveRules, RuleSet, RuleSettings, RuleState, Source};
-use rampart_core::sign::{sign, ToSign};
+use rampart_core::store::limits::{LimiterStore, LocalLimiter};
 use rampart_core::Engine;
 
 const SECRET: &[u8] = b"bench-secret-0123456789";

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion, Throughput};
-use rampart_core::bloom::{standard_bits_per_entry, SlicedBloom, SlicedBloomConfig};
+use rampart_core::replay::bloom::{standard_bits_per_entry, SlicedBloom, SlicedBloomConfig};
 use sha2::{Digest, Sha256};
 
 const N: usize = 2_000_000;

@@ -13,9 +13,10 @@ use std::path::Path;
 use std::time::Instant;
 
 use criterion::{criterion_group, Criterion};
-use rampart_core::engine::{AppPolicy, DecisionContext, Tier};
+use rampart_core::lifecycle::regress::{Kind, Sample};
 use rampart_core::model::DecideRequest;
-use rampart_core::regress::{Kind, Sample};
+use rampart_core::policy::{AppPolicy, Tier};
+use rampart_core::rules::DecisionContext;
 use rampart_core::rules::{Req, RuleSession, RuleSet, RuleSettings, RuleState, Source};
 
 fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {

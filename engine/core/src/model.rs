@@ -367,7 +367,7 @@ pub struct Verdict {
     pub ruleset_version: String,
     /// Which arm of a rollout made the decision.
     #[serde(skip)]
-    pub arm: crate::rollout::Arm,
+    pub arm: Arm,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_time_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -389,7 +389,7 @@ impl Verdict {
             step: Step::Final,
             score: 0,
             ruleset_version: String::new(),
-            arm: crate::rollout::Arm::Stable,
+            arm: Arm::Stable,
             server_time_ms: None,
             skew_ms: None,
         }
@@ -410,7 +410,7 @@ impl Verdict {
             step,
             score: 0,
             ruleset_version: String::new(),
-            arm: crate::rollout::Arm::Stable,
+            arm: Arm::Stable,
             server_time_ms: None,
             skew_ms: None,
         }
@@ -464,6 +464,24 @@ mod tests {
                 serde_json::from_str::<DecideRequest>(&body).is_err(),
                 "{bad}"
             );
+        }
+    }
+}
+
+/// Which rule set judged a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arm {
+    #[default]
+    Stable,
+    Canary,
+}
+
+impl Arm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Arm::Stable => "stable",
+            Arm::Canary => "canary",
         }
     }
 }

@@ -22,27 +22,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::DecideRequest;
+use crate::model::{Arm, DecideRequest};
 use crate::rules::lists::{IpList, StringList};
 use crate::rules::RuleSet;
-
-/// Which rule set judged a decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Arm {
-    #[default]
-    Stable,
-    Canary,
-}
-
-impl Arm {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Arm::Stable => "stable",
-            Arm::Canary => "canary",
-        }
-    }
-}
 
 /// Optional restrictions of a canary: empty lists match everything.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -3,8 +3,8 @@
 //! seeds and any crash inputs kept under `fuzz/seeds/` as regressions.
 
 use proptest::prelude::*;
-use rampart_core::canonical::{body_sha256_hex, canonical_query, SignedFields, Signer};
-use rampart_core::fingerprint::canonical_json;
+use rampart_core::replay::canonical::{body_sha256_hex, canonical_query, SignedFields, Signer};
+use rampart_core::replay::fingerprint::canonical_json;
 use rampart_core::DecideRequest;
 use serde_json::Value;
 
@@ -110,9 +110,10 @@ fn fuzz_seeds_and_regressions_hold() {
                 "bundle" => {
                     // Byte 0 = 0: a whole document. Nothing verifies under a key that signed
                     // nothing here.
-                    let key = rampart_core::bundle::SecretKey::from_seed([7; 32]).public("ci");
+                    let key =
+                        rampart_core::lifecycle::bundle::SecretKey::from_seed([7; 32]).public("ci");
                     if let Some((0, rest)) = data.split_first() {
-                        if let Ok(b) = rampart_core::bundle::Bundle::parse(rest) {
+                        if let Ok(b) = rampart_core::lifecycle::bundle::Bundle::parse(rest) {
                             assert!(b.verify(std::slice::from_ref(&key), false).is_err());
                         }
                     }

@@ -5,13 +5,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 
 use proptest::prelude::*;
-use rampart_core::bloom::SlicedBloomConfig;
-use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy, RoutePolicy};
-use rampart_core::fingerprint::LocalFingerprintStore;
+use rampart_core::engine::EngineSettings;
 use rampart_core::model::{Action, Code, DecideRequest, JudgedRequest};
-use rampart_core::nonce::{BloomNonceStore, ExactNonceStore, NonceStore};
+use rampart_core::policy::{AppPolicy, DedupPolicy, FailPolicy, RoutePolicy};
+use rampart_core::replay::bloom::SlicedBloomConfig;
+use rampart_core::replay::fingerprint::LocalFingerprintStore;
+use rampart_core::replay::nonce::{BloomNonceStore, ExactNonceStore, NonceStore};
+use rampart_core::replay::sign::{sign, ToSign};
 use rampart_core::rules::LiveRules;
-use rampart_core::sign::{sign, ToSign};
 use rampart_core::Engine;
 use serde_json::json;
 

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use rampart_core::lifecycle::regress::{Kind, Runner, Sample};
 use rampart_core::model::Action;
-use rampart_core::regress::{Kind, Runner, Sample};
 use rampart_core::rules::{RuleSettings, Source};
 
 fn root() -> PathBuf {

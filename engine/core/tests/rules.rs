@@ -3,13 +3,14 @@
 
 use std::sync::Arc;
 
-use rampart_core::bloom::SlicedBloomConfig;
-use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy};
-use rampart_core::fingerprint::LocalFingerprintStore;
+use rampart_core::engine::EngineSettings;
 use rampart_core::model::{Action, Code, DecideRequest, JudgedRequest};
-use rampart_core::nonce::BloomNonceStore;
+use rampart_core::policy::{AppPolicy, DedupPolicy, FailPolicy};
+use rampart_core::replay::bloom::SlicedBloomConfig;
+use rampart_core::replay::fingerprint::LocalFingerprintStore;
+use rampart_core::replay::nonce::BloomNonceStore;
+use rampart_core::replay::sign::{sign, ToSign};
 use rampart_core::rules::{LiveRules, RuleSet, RuleSettings, RuleState, Source};
-use rampart_core::sign::{sign, ToSign};
 use rampart_core::{Engine, Step};
 
 const SECRET: &[u8] = b"rules-secret";

@@ -1,8 +1,8 @@
 //! The engine signs and verifies the shared client vectors (`sdk/vectors.json`) byte for byte, so
 //! the client helpers and the engine cannot drift apart.
 
-use rampart_core::canonical::{SignedFields, Signer};
-use rampart_core::sign::{sign, ToSign};
+use rampart_core::replay::canonical::{SignedFields, Signer};
+use rampart_core::replay::sign::{sign, ToSign};
 
 #[test]
 fn the_engine_agrees_with_every_shared_signing_vector() {

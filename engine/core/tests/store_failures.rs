@@ -8,14 +8,16 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use rampart_core::bloom::SlicedBloomConfig;
-use rampart_core::engine::{AppPolicy, DedupPolicy, EngineSettings};
-use rampart_core::fingerprint::{FingerprintStore, LocalFingerprintStore};
-use rampart_core::limits::{Gcra, LimiterStore, LocalLimiter};
+use rampart_core::engine::EngineSettings;
 use rampart_core::model::{Action, Code, DecideRequest, JudgedRequest};
-use rampart_core::nonce::{BloomNonceStore, NonceStats, NonceStore, NonceVerdict, StoreError};
+use rampart_core::policy::{AppPolicy, DedupPolicy};
+use rampart_core::replay::bloom::SlicedBloomConfig;
+use rampart_core::replay::fingerprint::{FingerprintStore, LocalFingerprintStore};
+use rampart_core::replay::nonce::{BloomNonceStore, NonceStats, NonceStore, NonceVerdict};
+use rampart_core::replay::sign::{sign, ToSign};
 use rampart_core::rules::{LiveRules, RuleSet, RuleSettings, RuleState, Source};
-use rampart_core::sign::{sign, ToSign};
+use rampart_core::store::limits::{Gcra, LimiterStore, LocalLimiter};
+use rampart_core::store::StoreError;
 use rampart_core::{Engine, FailPolicy, Fallback, Step, StorePolicies};
 
 const SECRET: &[u8] = b"failure-secret";

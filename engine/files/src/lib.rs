@@ -5,8 +5,8 @@
 use std::hash::{Hash, Hasher};
 use std::path::Path;
 
-use rampart_core::backtest::Recorded;
-use rampart_core::regress::Sample;
+use rampart_core::lifecycle::backtest::Recorded;
+use rampart_core::lifecycle::regress::Sample;
 use rampart_core::rules::Source;
 
 /// Directories under the rule directory that are not part of the rule set.

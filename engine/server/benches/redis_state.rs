@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 use rampart::config::Config;
 use rampart::redis_state::{BloomLayout, NonceMode, Redis, RedisCounters, RedisNonces};
 use rampart::runtime::Runtime;
-use rampart_core::bloom::SlicedBloomConfig;
 use rampart_core::model::DecideRequest;
-use rampart_core::nonce::{NonceStore, NonceVerdict};
+use rampart_core::replay::bloom::SlicedBloomConfig;
+use rampart_core::replay::nonce::{NonceStore, NonceVerdict};
 use support::{env, now_ms, temp_dir, Call, RedisServer};
 
 fn settings(url: &str, prefix: &str) -> rampart::redis_state::RedisSettings {

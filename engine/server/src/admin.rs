@@ -397,7 +397,7 @@ async fn ruleset_upload(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    use rampart_core::bundle::{Bundle, BundleError};
+    use rampart_core::lifecycle::bundle::{Bundle, BundleError};
     let who = authorize(&rt, &req, Role::Author)?;
     let body = read_body(&rt, &req, payload, MAX_ADMIN_BODY).await?;
     let admin = &rt.config.raw.admin;
@@ -554,8 +554,9 @@ async fn ruleset_regress(
     let mut samples = Vec::new();
     for (i, s) in r.samples.iter().enumerate() {
         let text = s.to_string();
-        let sample = rampart_core::regress::Sample::parse(&format!("uploaded[{i}]"), &text)
-            .map_err(|e| ApiError::new(400, "INVALID_SAMPLE", e.to_string()))?;
+        let sample =
+            rampart_core::lifecycle::regress::Sample::parse(&format!("uploaded[{i}]"), &text)
+                .map_err(|e| ApiError::new(400, "INVALID_SAMPLE", e.to_string()))?;
         samples.push(sample);
     }
     if !r.only_uploaded {
@@ -567,7 +568,7 @@ async fn ruleset_regress(
     let settings = rt.config.raw.rules.settings();
     let out = web::block(move || -> Result<serde_json::Value, ApiError> {
         let run = |doc: &crate::control::VersionDoc| {
-            rampart_core::regress::Runner::new(doc.sources(), settings.clone())
+            rampart_core::lifecycle::regress::Runner::new(doc.sources(), settings.clone())
                 .map(|r| r.run(&samples))
                 .map_err(ruleset_invalid)
         };
@@ -656,9 +657,9 @@ async fn ruleset_backtest(
             .map_err(ruleset_invalid)?;
         let recs: Vec<_> = rows
             .iter()
-            .map(rampart_core::backtest::Recorded::from_row)
+            .map(rampart_core::lifecycle::backtest::Recorded::from_row)
             .collect();
-        let r = rampart_core::backtest::backtest(&set, &recs, examples);
+        let r = rampart_core::lifecycle::backtest::backtest(&set, &recs, examples);
         let mut out = serde_json::to_value(&r).unwrap_or_default();
         out["from_ms"] = from.into();
         out["to_ms"] = to.into();
@@ -743,7 +744,7 @@ async fn ruleset_trace(
                     ApiError::new(404, "NOT_FOUND", format!("no sample named {name:?}"))
                 })?;
             web::block(move || -> Result<serde_json::Value, ApiError> {
-                let runner = rampart_core::regress::Runner::new(doc.sources(), settings)
+                let runner = rampart_core::lifecycle::regress::Runner::new(doc.sources(), settings)
                     .map_err(ruleset_invalid)?;
                 let (result, trace) = runner.trace_one(&sample);
                 Ok(serde_json::json!({
@@ -755,7 +756,7 @@ async fn ruleset_trace(
             .map_err(|e| ApiError::new(503, "BUSY", e.to_string()))??
         }
         (None, Some(row)) => {
-            let rec = rampart_core::backtest::Recorded::from_row(&row);
+            let rec = rampart_core::lifecycle::backtest::Recorded::from_row(&row);
             let Some(request) = rec.request.clone() else {
                 return Err(ApiError::new(
                     400,

@@ -529,7 +529,7 @@ async fn outcome(
         }
     }
     for o in &items {
-        let key = rampart_core::breaker::breaker_key(&o.app, &o.route);
+        let key = rampart_core::store::breaker::breaker_key(&o.app, &o.route);
         rt.rule_state
             .breakers
             .record(&key, now, o.status, o.latency_ms);

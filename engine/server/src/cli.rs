@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use rampart_core::sign::{sign, ToSign};
+use rampart_core::replay::sign::{sign, ToSign};
 
 use crate::config::{Config, NonceMode, Validated};
 use crate::runtime::Runtime;

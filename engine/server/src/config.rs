@@ -4,10 +4,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use rampart_core::bloom::SlicedBloomConfig;
-use rampart_core::engine::{
-    AppPolicy, DedupPolicy, EngineSettings, FailPolicy, RoutePolicy, StorePolicies,
-};
+use rampart_core::engine::EngineSettings;
+use rampart_core::policy::{AppPolicy, DedupPolicy, FailPolicy, RoutePolicy, StorePolicies};
+use rampart_core::replay::bloom::SlicedBloomConfig;
 use serde::Deserialize;
 
 /// The secret of the `demo` app of the embedded defaults. For local trials only.
@@ -150,10 +149,12 @@ impl std::fmt::Debug for AdminToken {
 
 impl AdminConfig {
     /// The trusted bundle keys (checked by `validate`).
-    pub fn trusted_keys(&self) -> Vec<rampart_core::bundle::PublicKey> {
+    pub fn trusted_keys(&self) -> Vec<rampart_core::lifecycle::bundle::PublicKey> {
         self.bundle_keys
             .iter()
-            .filter_map(|k| rampart_core::bundle::PublicKey::parse(&k.name, &k.public_key).ok())
+            .filter_map(|k| {
+                rampart_core::lifecycle::bundle::PublicKey::parse(&k.name, &k.public_key).ok()
+            })
             .collect()
     }
 
@@ -271,7 +272,9 @@ impl AdminConfig {
                     k.name
                 ));
             }
-            if let Err(e) = rampart_core::bundle::PublicKey::parse(&k.name, &k.public_key) {
+            if let Err(e) =
+                rampart_core::lifecycle::bundle::PublicKey::parse(&k.name, &k.public_key)
+            {
                 errs.push(format!("admin.bundle_keys {:?}: {e}", k.name));
             }
         }

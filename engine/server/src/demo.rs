@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rampart_core::sign::{sign, ToSign};
+use rampart_core::replay::sign::{sign, ToSign};
 use serde_json::{json, Value};
 
 #[derive(clap::Args)]

@@ -11,7 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use rampart_core::model::{Action, Code, Step};
-use rampart_core::nonce::NonceStats;
+use rampart_core::replay::nonce::NonceStats;
 use rampart_core::Verdict;
 
 type Labels = Vec<(&'static str, &'static str)>;

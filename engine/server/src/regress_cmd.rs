@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use rampart_core::regress::{Kind, Report, Runner, Sample};
+use rampart_core::lifecycle::regress::{Kind, Report, Runner, Sample};
 use rampart_core::rules::RuleSettings;
 
 use rampart_files::{read_samples, read_sources};

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rampart_core::fingerprint::{FingerprintStore, LocalFingerprintStore};
-use rampart_core::nonce::{BloomNonceStore, ExactNonceStore, NonceStore};
+use rampart_core::replay::fingerprint::{FingerprintStore, LocalFingerprintStore};
+use rampart_core::replay::nonce::{BloomNonceStore, ExactNonceStore, NonceStore};
 use rampart_core::rules::{LiveRules, RuleError, RuleSet, RuleState, Source};
 use rampart_core::{Engine, Fallback};
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use actix_web::{test, App};
 use rampart::config::Config;
 use rampart::Runtime;
-use rampart_core::sign::{sign, ToSign};
+use rampart_core::replay::sign::{sign, ToSign};
 use serde_json::{json, Value};
 
 fn temp_dir(tag: &str) -> std::path::PathBuf {

@@ -118,9 +118,9 @@ fn nginx_lets_a_signed_fresh_request_through_and_stops_its_replay_with_409() {
     let listen = free_port();
     let _nginx = nginx(&dir, listen, engine.base.trim_start_matches("http://"), up);
 
-    let h = rampart_core::sign::sign(
+    let h = rampart_core::replay::sign::sign(
         SECRET.as_bytes(),
-        &rampart_core::sign::ToSign {
+        &rampart_core::replay::sign::ToSign {
             app: "shop",
             method: "GET",
             path: "/api/items",

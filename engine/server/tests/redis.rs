@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rampart::redis_state::{Redis, RedisCounters, RedisLimiter, RedisSettings};
-use rampart_core::limits::{LimiterStore, LocalLimiter};
+use rampart_core::store::limits::{LimiterStore, LocalLimiter};
 use serde_json::Value;
 use support::{nonce, now_ms, temp_dir, Call, Engine, RedisCluster, RedisServer};
 

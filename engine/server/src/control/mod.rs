@@ -43,7 +43,7 @@ pub struct VersionMeta {
     pub key_id: Option<String>,
     /// The bundle's git origin (repository, ref, commit), as signed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub origin: Option<rampart_core::bundle::Origin>,
+    pub origin: Option<rampart_core::lifecycle::bundle::Origin>,
 }
 
 /// Where an upload came from: a verified bundle's signer and origin, or nothing.
@@ -51,7 +51,7 @@ pub struct VersionMeta {
 pub struct Provenance {
     /// Key name and id.
     pub signed_by: Option<(String, String)>,
-    pub origin: Option<rampart_core::bundle::Origin>,
+    pub origin: Option<rampart_core::lifecycle::bundle::Origin>,
 }
 
 /// A stored version: metadata and every file.

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use prometheus_client::metrics::counter::Counter;
-use rampart_core::nonce::StoreError;
+use rampart_core::store::StoreError;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 

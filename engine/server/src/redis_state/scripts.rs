@@ -60,7 +60,7 @@ return {0, retry}
 ///
 /// KEYS[1]; ARGV: now (ms), window (ms), n (0 = read only, nothing is created). The stores send
 /// only additions here: a read is a plain `HMGET` of the four fields, computed by the engine with
-/// `rampart_core::limits::window_estimate` (no script for what changes nothing).
+/// `rampart_core::store::limits::window_estimate` (no script for what changes nothing).
 pub static WINDOW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"

@@ -18,12 +18,13 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rampart_core::bloom::SlicedBloomConfig;
-use rampart_core::fingerprint::FingerprintStore;
-use rampart_core::hll::DistinctStore;
-use rampart_core::limits::{window_estimate, Gcra, LimiterStore, StoredWindow};
-use rampart_core::nonce::{NonceStats, NonceStore, NonceVerdict, StoreError};
-use rampart_core::quota::{Claim, QuotaStore};
+use rampart_core::replay::bloom::SlicedBloomConfig;
+use rampart_core::replay::fingerprint::FingerprintStore;
+use rampart_core::replay::nonce::{NonceStats, NonceStore, NonceVerdict};
+use rampart_core::store::hll::DistinctStore;
+use rampart_core::store::limits::{window_estimate, Gcra, LimiterStore, StoredWindow};
+use rampart_core::store::quota::{Claim, QuotaStore};
+use rampart_core::store::StoreError;
 use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64, xxh3_64_with_seed};
 
 use super::{scripts, Redis};

@@ -571,9 +571,9 @@ pub struct Call<'a> {
 
 impl Call<'_> {
     pub fn json(&self) -> Value {
-        let h = rampart_core::sign::sign(
+        let h = rampart_core::replay::sign::sign(
             self.secret,
-            &rampart_core::sign::ToSign {
+            &rampart_core::replay::sign::ToSign {
                 app: self.app,
                 method: "POST",
                 path: self.path,

@@ -1,15 +1,16 @@
 //! Nonce de-duplication: the [`NonceStore`] trait and its two in-process implementations.
 //!
 //! - [`BloomNonceStore`] — compact, constant memory, a designed false-positive rate (default 1e-6);
-//!   see [`crate::bloom`] for why it has no gap at the window edges.
+//!   see [`crate::replay::bloom`] for why it has no gap at the window edges.
 //! - [`ExactNonceStore`] — no false positives; memory grows with the number of live nonces.
 //!
 //! Both keep a record of `(app, nonce)` until server time `ts − W + retention`, which is at least
 //! `ts + W` — the last instant the window check accepts that timestamp — whenever
 //! `retention ≥ 2·W`; the configuration refuses anything shorter.
 
-use crate::bloom::{BloomStats, Probe, SlicedBloom, SlicedBloomConfig};
-use crate::ttl::TtlSet;
+use crate::replay::bloom::{BloomStats, Probe, SlicedBloom, SlicedBloomConfig};
+use crate::store::ttl::TtlSet;
+use crate::store::StoreError;
 
 /// Smallest and largest accepted nonce length.
 pub const NONCE_MIN_LEN: usize = 16;
@@ -43,26 +44,6 @@ pub enum NonceVerdict {
     Replay,
     /// The store cannot judge this timestamp (older than anything it still holds).
     OutOfRange,
-}
-
-/// A store failure, answered by the declared `on_store_error` policy.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StoreError {
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    #[error("store full: {0}")]
-    Full(String),
-    /// The call itself was wrong (a rule passed a bad argument): not a store failure, so the
-    /// store policy does not apply; the rule fails like any other rule error.
-    #[error("{0}")]
-    Invalid(String),
-}
-
-impl StoreError {
-    /// Whether the declared store policy (`on_store_error`) answers this error.
-    pub fn is_store_failure(&self) -> bool {
-        !matches!(self, StoreError::Invalid(_))
-    }
 }
 
 /// Live figures of a nonce store, exported as metrics.

@@ -12,8 +12,8 @@ use std::fmt::Write as _;
 use serde_json::Value;
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::nonce::StoreError;
-use crate::ttl::TtlSet;
+use crate::store::ttl::TtlSet;
+use crate::store::StoreError;
 
 /// Writes `value` as canonical JSON into `out`, skipping object keys listed in `volatile`.
 pub fn write_canonical_json(value: &Value, volatile: &[String], out: &mut String) {
@@ -100,7 +100,7 @@ pub struct Submission<'a> {
     pub user: &'a str,
     pub method: &'a str,
     pub path: &'a str,
-    /// Already canonical (see [`crate::canonical::canonical_query`]).
+    /// Already canonical (see [`crate::replay::canonical::canonical_query`]).
     pub canonical_query: &'a str,
     /// Canonical JSON of the params.
     pub canonical_params: &'a str,

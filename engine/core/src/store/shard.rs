@@ -9,20 +9,14 @@ use hashbrown::HashTable;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::ttl::PurgeGate;
 #[cfg(doc)]
-use crate::ttl::PURGE_EVERY_MS;
+use super::purge::PURGE_EVERY_MS;
+use super::purge::{shard_indices, shard_of, PurgeGate};
 
 const SHARDS: usize = 64;
 
 type Table<V> = HashTable<(Box<str>, V)>;
 type Shard<V> = Mutex<Table<V>>;
-
-/// The shard of a key's hash: bits the tables use for neither the slot (low bits) nor the
-/// control byte (top 7 bits), so each shard's keys still spread over its whole table.
-pub(crate) fn shard_of(hash: u64, shards: usize) -> usize {
-    ((hash >> 40) as usize) % shards
-}
 
 pub(crate) struct ShardedMap<V> {
     shards: Box<[Shard<V>]>,
@@ -90,7 +84,7 @@ impl<V> ShardedMap<V> {
     /// per call.
     pub(crate) fn purge(&self, now_ms: i64, mut keep: impl FnMut(&V) -> bool) {
         let due = self.last_purge.due(now_ms, SHARDS);
-        for i in crate::ttl::shard_indices(due, SHARDS) {
+        for i in shard_indices(due, SHARDS) {
             let mut map = self.shards[i].lock().unwrap_or_else(|e| e.into_inner());
             let before = map.len();
             map.retain(|(_, v)| keep(v));

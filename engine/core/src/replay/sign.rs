@@ -1,7 +1,7 @@
 //! Client-side signing: the three anti-replay headers for a request (used by `rampart sign`, the
 //! tests and integrators' reference).
 
-use crate::canonical::{body_sha256_hex, SignedFields, Signer};
+use crate::replay::canonical::{body_sha256_hex, SignedFields, Signer};
 
 /// A request to sign.
 #[derive(Debug, Clone, Copy)]

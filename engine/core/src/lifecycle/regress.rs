@@ -20,16 +20,17 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::breaker::LocalBreakers;
-use crate::engine::{AppPolicy, DedupPolicy, EngineSettings, FailPolicy};
-use crate::fingerprint::LocalFingerprintStore;
-use crate::hll::LocalDistinct;
-use crate::limits::LocalLimiter;
+use crate::engine::EngineSettings;
 use crate::model::{Action, DecideRequest, JudgedRequest, Verdict};
-use crate::nonce::ExactNonceStore;
-use crate::quota::LocalQuotas;
+use crate::policy::{AppPolicy, DedupPolicy, FailPolicy};
+use crate::replay::fingerprint::LocalFingerprintStore;
+use crate::replay::nonce::ExactNonceStore;
+use crate::replay::sign::{sign, ToSign};
 use crate::rules::{LiveRules, RuleError, RuleSet, RuleSettings, RuleState, Source};
-use crate::sign::{sign, ToSign};
+use crate::store::breaker::LocalBreakers;
+use crate::store::hll::LocalDistinct;
+use crate::store::limits::LocalLimiter;
+use crate::store::quota::LocalQuotas;
 use crate::Engine;
 
 /// The secret of every app in a regression run (samples are signed with it).
@@ -525,7 +526,7 @@ impl World {
                     .collect(),
                 routes: Vec::new(),
                 default_dedup: DedupPolicy::default(),
-                on_store_error: crate::engine::StorePolicies::all(FailPolicy::Deny),
+                on_store_error: crate::policy::StorePolicies::all(FailPolicy::Deny),
                 challenge_status: 403,
             },
             Arc::new(ExactNonceStore::new(2 * WINDOW_MS, 1 << 20)),

@@ -11,172 +11,21 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::canonical::{body_sha256_hex, canonical_query, SignedFields, Signer, EMPTY_BODY_SHA256};
-use crate::fingerprint::{canonical_json, fingerprint, FingerprintStore, Submission};
+use crate::model::Arm;
 use crate::model::{Action, Code, DecideRequest, Reason, Step, Verdict};
-use crate::nonce::{validate_nonce, NonceStore, NonceVerdict, StoreError};
-use crate::rollout::{Arm, Candidate, DynamicLists, ListAction};
-use crate::rules::{LiveRules, Req, RuleSession, RuleSet};
-
-/// An app: who may ask, with which secret, within which window.
-#[derive(Debug, Clone)]
-pub struct AppPolicy {
-    pub id: String,
-    pub signer: Signer,
-    /// Accepted clock difference, both ways: |server_now − x-timestamp| ≤ window_ms.
-    pub window_ms: i64,
-}
-
-impl AppPolicy {
-    pub fn new(id: impl Into<String>, secret: &[u8], window_ms: i64) -> Self {
-        AppPolicy {
-            id: id.into(),
-            signer: Signer::new(secret),
-            window_ms,
-        }
-    }
-}
-
-/// Duplicate-submission settings of a route (or the defaults).
-#[derive(Debug, Clone, PartialEq)]
-pub struct DedupPolicy {
-    /// 0 disables the fingerprint step.
-    pub window_ms: i64,
-    /// Upper-case methods the step applies to.
-    pub methods: Vec<String>,
-    /// Object keys removed (at every depth) before the params are fingerprinted.
-    pub volatile_fields: Vec<String>,
-}
-
-impl Default for DedupPolicy {
-    fn default() -> Self {
-        DedupPolicy {
-            window_ms: 1000,
-            methods: ["POST", "PUT", "PATCH", "DELETE"]
-                .map(String::from)
-                .to_vec(),
-            volatile_fields: [
-                "requestTime",
-                "timestamp",
-                "ts",
-                "nonce",
-                "sign",
-                "signature",
-            ]
-            .map(String::from)
-            .to_vec(),
-        }
-    }
-}
-
-/// A route with its own dedup policy and, optionally, a narrower time window. `path` matches
-/// exactly, or as a prefix when it ends in `*`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RoutePolicy {
-    /// `None` = every app.
-    pub app: Option<String>,
-    pub path: String,
-    pub dedup: DedupPolicy,
-    /// The time window on this route: `|now − ts| ≤ min(window_ms, the app's window_ms)`. It can
-    /// only narrow the app's window, so the nonce retention sized for the app still covers it.
-    /// `None` = the app's window.
-    pub window_ms: Option<i64>,
-}
-
-impl RoutePolicy {
-    fn matches(&self, app: &str, path: &str) -> bool {
-        if self.app.as_deref().is_some_and(|a| a != app) {
-            return false;
-        }
-        match self.path.strip_suffix('*') {
-            Some(prefix) => path.starts_with(prefix),
-            None => path == self.path,
-        }
-    }
-}
-
-/// What to do when a store fails (DESIGN §2: declared, not improvised).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailPolicy {
-    /// Fail closed: deny with `STORE_UNAVAILABLE`.
-    Deny,
-    /// Fail open: go on, and mark the decision `degraded`.
-    Allow,
-}
-
-/// The declared failure policy of each store (DESIGN §2): what a decision does when the store it
-/// needs cannot answer (unreachable, timed out, full).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StorePolicies {
-    /// The nonce step.
-    pub nonce: FailPolicy,
-    /// The duplicate-submission step.
-    pub fingerprint: FailPolicy,
-    /// `rate_limit`.
-    pub limits: FailPolicy,
-    /// `count`.
-    pub counters: FailPolicy,
-    /// `distinct`.
-    pub distinct: FailPolicy,
-    /// `claim`, `claimed`. Only `Deny` is meaningful: a claim that cannot be recorded is never
-    /// granted (the configuration refuses `allow`).
-    pub quotas: FailPolicy,
-    /// `reputation`, `report`.
-    pub reputation: FailPolicy,
-}
-
-impl StorePolicies {
-    /// The same policy for every store.
-    pub fn all(p: FailPolicy) -> Self {
-        StorePolicies {
-            nonce: p,
-            fingerprint: p,
-            limits: p,
-            counters: p,
-            distinct: p,
-            quotas: p,
-            reputation: p,
-        }
-    }
-}
-
-impl Default for StorePolicies {
-    fn default() -> Self {
-        Self::all(FailPolicy::Deny)
-    }
-}
+use crate::policy::{AppPolicy, DedupPolicy, FailPolicy, RoutePolicy, StorePolicies, Tier};
+use crate::replay::canonical::{body_sha256_hex, canonical_query, SignedFields, EMPTY_BODY_SHA256};
+use crate::replay::fingerprint::{canonical_json, fingerprint, FingerprintStore, Submission};
+use crate::replay::nonce::{validate_nonce, NonceStore, NonceVerdict};
+use crate::rollout::{Candidate, DynamicLists, ListAction};
+use crate::rules::{DecisionContext, LiveRules, Req, RuleSession, RuleSet};
+use crate::store::StoreError;
 
 /// In-process stores consulted while the shared ones fail (and kept up to date while they work),
 /// so that an instance still catches the replays it has seen itself during an outage.
 pub struct Fallback {
     pub nonces: Arc<dyn NonceStore>,
     pub fingerprints: Arc<dyn FingerprintStore>,
-}
-
-/// The three rule tiers, in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Tier {
-    Edge,
-    Gateway,
-    Business,
-}
-
-impl Tier {
-    pub fn step(self) -> Step {
-        match self {
-            Tier::Edge => Step::Edge,
-            Tier::Gateway => Step::Gateway,
-            Tier::Business => Step::Business,
-        }
-    }
-}
-
-/// What the request looks like to a rule tier.
-#[derive(Debug, Clone, Copy)]
-pub struct DecisionContext<'a> {
-    pub request: &'a DecideRequest,
-    pub app: &'a AppPolicy,
-    pub now_ms: i64,
 }
 
 /// An error of the API call itself (not a decision): answered 4xx with `{"error":{code,message}}`.

@@ -13,8 +13,8 @@
 //! sparse/dense switch, the windowing and the bounded memory per key are the point, and the
 //! algorithm is forty lines.
 
-use crate::nonce::StoreError;
-use crate::shard::{AtCapacity, ShardedMap};
+use crate::store::shard::{AtCapacity, ShardedMap};
+use crate::store::StoreError;
 
 /// Register index bits of the dense form.
 pub const P: u32 = 11;

@@ -17,8 +17,8 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use crate::nonce::StoreError;
-use crate::ttl::PurgeGate;
+use super::purge::{shard_indices, PurgeGate};
+use crate::store::StoreError;
 
 /// The answer to a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,7 +174,7 @@ impl QuotaStore for LocalQuotas {
 
     fn maintain(&self, now_ms: i64) {
         let due = self.last_purge.due(now_ms, self.shards.len());
-        for i in crate::ttl::shard_indices(due, self.shards.len()) {
+        for i in shard_indices(due, self.shards.len()) {
             let mut map = self.shards[i].lock().unwrap_or_else(|e| e.into_inner());
             map.retain(|_, p| {
                 let keep = now_ms - p.last_ms < self.ttl_ms;

@@ -14,8 +14,8 @@
 //! by how much of it still overlaps the sliding window (`prev · (1 − elapsed/W) + cur`). Two numbers
 //! per key, O(1); the estimate assumes requests were spread evenly over the previous window.
 
-use crate::nonce::StoreError;
-use crate::shard::{AtCapacity, ShardedMap};
+use crate::store::shard::{AtCapacity, ShardedMap};
+use crate::store::StoreError;
 
 /// The answer of a rate-limit check.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,0 +1,205 @@
+//! The counting helpers (`rate_limit`, `count`, `distinct`, `reputation`) and the replay of the
+//! pre-check's calls, so that a rule's interpreter run never counts twice.
+
+use super::register::{rt_err, RhaiResult};
+use super::request::ReqData;
+use super::state::{by_policy, ns_key, RuleState, EVAL_NOW, LAST_RETRY, REPUTATION_KINDS};
+
+/// Names of the helper functions registered for rules (used by the unknown-helper lint).
+pub const HELPERS: &[&str] = &[
+    "allow",
+    "deny",
+    "challenge",
+    "review",
+    "score",
+    "in_list",
+    "contains_any",
+    "ip_in",
+    "rate_limit",
+    "count",
+    "waf",
+    "waf_value",
+    "waf_part",
+    "circuit_open",
+    "distinct",
+    "claim",
+    "claimed",
+    "reputation",
+    "report",
+];
+
+/// The helpers that count or read counted state, which the pre-check may call as well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Counting {
+    RateLimit,
+    Count,
+    Distinct,
+    Reputation,
+    ReputationOfRequest,
+}
+
+/// A counting call the pre-check made: the helper, its arguments' digest ([`call_id`]), and its
+/// answer (`rate_limit`: 1 allowed, 0 refused) or error.
+#[derive(Debug)]
+pub(super) struct Recorded {
+    pub(super) helper: Counting,
+    pub(super) id: u64,
+    pub(super) answer: RhaiResult<i64>,
+}
+
+/// A digest of a counting call's arguments: the replay answers a call only with the record of the
+/// same helper on the same arguments.
+pub(super) fn call_id(key: &str, item: &str, numbers: [f64; 2]) -> u64 {
+    use xxhash_rust::xxh3::xxh3_64_with_seed;
+    let seed = numbers[0].to_bits() ^ numbers[1].to_bits().rotate_left(29);
+    xxh3_64_with_seed(item.as_bytes(), xxh3_64_with_seed(key.as_bytes(), seed))
+}
+
+thread_local! {
+    /// The pre-check's calls of the rule now in the interpreter, last call first: the interpreter
+    /// makes the same calls in the same order, and each is answered from here instead of counting
+    /// twice (see `with_replay`).
+    pub(super) static REPLAY: std::cell::RefCell<Vec<Recorded>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Puts the outer record back however the interpreter's run ends (a panic included).
+struct RestoreReplay(Option<Vec<Recorded>>);
+
+impl Drop for RestoreReplay {
+    fn drop(&mut self) {
+        if let Some(outer) = self.0.take() {
+            REPLAY.with(|r| *r.borrow_mut() = outer);
+        }
+    }
+}
+
+/// Runs `run` (the interpreter, on the rule the pre-check could not rule out) with the counting
+/// calls the pre-check made, in its order, answered from its record.
+pub(super) fn with_replay<T>(mut calls: Vec<Recorded>, run: impl FnOnce() -> T) -> T {
+    calls.reverse();
+    let mut restore = RestoreReplay(Some(REPLAY.with(|r| r.replace(calls))));
+    let out = run();
+    let outer = restore.0.take().unwrap_or_default();
+    let left = REPLAY.with(|r| r.replace(outer));
+    debug_assert!(
+        left.is_empty(),
+        "the interpreter did not repeat the pre-check's calls: {left:?}"
+    );
+    out
+}
+
+/// `call`, unless the pre-check already made it (the same helper on the same arguments, `id`):
+/// then its recorded answer.
+pub(super) fn replayed(
+    helper: Counting,
+    id: impl FnOnce() -> u64,
+    call: impl FnOnce() -> RhaiResult<i64>,
+) -> RhaiResult<i64> {
+    let recorded = REPLAY.with(|r| {
+        let mut r = r.borrow_mut();
+        let last = r.last()?;
+        if last.helper == helper && last.id == id() {
+            return r.pop().map(|rec| rec.answer);
+        }
+        // The pre-check evaluates in the interpreter's order, so this cannot happen; if it did,
+        // counting again beats answering with another call's value.
+        debug_assert!(
+            false,
+            "{helper:?} called where the pre-check called {last:?}"
+        );
+        r.clear();
+        None
+    });
+    recorded.unwrap_or_else(call)
+}
+
+/// `rate_limit(key, rate, burst)`: one GCRA step; `true` while the key is within its rate.
+pub(super) fn rate_limit(
+    st: Option<&RuleState>,
+    key: &str,
+    rate: f64,
+    burst: i64,
+) -> RhaiResult<bool> {
+    let st = st.ok_or_else(|| rt_err("rate_limit: no limiter state".into()))?;
+    let burst =
+        u32::try_from(burst).map_err(|_| rt_err("rate_limit: burst out of range".into()))?;
+    let g = by_policy(
+        "rate_limit",
+        "limits",
+        st.policies.limits,
+        st.limiter
+            .gcra(&ns_key(key), EVAL_NOW.with(|n| n.get()), rate, burst),
+        crate::store::limits::Gcra {
+            allowed: true,
+            retry_after_ms: 0,
+        },
+    )?;
+    if !g.allowed {
+        LAST_RETRY.with(|r| r.set(g.retry_after_ms));
+    }
+    Ok(g.allowed)
+}
+
+/// `count(key, window_ms)`: adds one to the key's sliding-window counter; its new value.
+pub(super) fn count(st: Option<&RuleState>, key: &str, window_ms: i64) -> RhaiResult<i64> {
+    let st = st.ok_or_else(|| rt_err("count: no limiter state".into()))?;
+    by_policy(
+        "count",
+        "counters",
+        st.policies.counters,
+        st.limiter
+            .incr(&ns_key(key), EVAL_NOW.with(|n| n.get()), window_ms, 1),
+        0,
+    )
+}
+
+/// `distinct(key, item, window_ms)`: adds `item` (unless empty) to the key's distinct set; its
+/// estimated size.
+pub(super) fn distinct(st: &RuleState, key: &str, item: &str, window_ms: i64) -> RhaiResult<i64> {
+    let now = EVAL_NOW.with(|n| n.get());
+    let n = if item.is_empty() {
+        st.distinct.count(&ns_key(key), now, window_ms)
+    } else {
+        st.distinct.add(&ns_key(key), item, now, window_ms)
+    };
+    by_policy("distinct", "distinct", st.policies.distinct, n, 0).map(|n| n as i64)
+}
+
+pub(super) fn reputation_kind(helper: &str, kind: &str) -> RhaiResult<()> {
+    if REPUTATION_KINDS.contains(&kind) {
+        Ok(())
+    } else {
+        Err(rt_err(format!(
+            "{helper}: kind must be one of ip, device, ja3, user (not {kind:?})"
+        )))
+    }
+}
+
+/// `reputation(kind, value)`: the points against one client attribute.
+pub(super) fn reputation(st: &RuleState, kind: &str, value: &str) -> RhaiResult<i64> {
+    reputation_kind("reputation", kind)?;
+    by_policy(
+        "reputation",
+        "reputation",
+        st.policies.reputation,
+        st.reputation(kind, value, EVAL_NOW.with(|n| n.get())),
+        0,
+    )
+}
+
+/// `reputation(req)`: the worst reputation of the request's IP, device, JA3 and user.
+pub(super) fn reputation_of_request(st: &RuleState, r: &ReqData) -> RhaiResult<i64> {
+    let pairs = [
+        ("ip", r.ip()),
+        ("device", r.device_id()),
+        ("ja3", r.ja3()),
+        ("user", r.user()),
+    ];
+    by_policy(
+        "reputation",
+        "reputation",
+        st.policies.reputation,
+        st.worst_reputation(&pairs, EVAL_NOW.with(|n| n.get())),
+        0,
+    )
+}
