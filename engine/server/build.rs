@@ -1,7 +1,7 @@
 //! Embeds the default rule set (`rules/` at the workspace root, without `samples/`) into the
 //! binary, so `rampart serve` without a configuration runs the same rules the repository ships.
 
-#[path = "src/console_files.rs"]
+#[path = "src/console/files.rs"]
 mod console_files;
 
 use std::fmt::Write as _;

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rampart::chlog::{ChRow, ChSettings, ChSink, SpoolFull};
+use rampart::declog::clickhouse::{ChRow, ChSettings, ChSink, SpoolFull};
 use rampart::metrics::Metrics;
 use serde_json::Value;
 use support::{env, now_ms, temp_dir, Call, ClickHouseServer, Engine};
@@ -92,7 +92,7 @@ fn rows_per_second(ch: &ClickHouseServer) {
         spool_max_bytes: 1 << 30,
         on_spool_full: SpoolFull::DropNewest,
     };
-    rampart::chlog::migrate(&settings).unwrap();
+    rampart::declog::clickhouse::migrate(&settings).unwrap();
     let metrics = Arc::new(Metrics::new("bench"));
     let mut sink = ChSink::open(settings, metrics.clone()).unwrap();
     let t0 = now_ms();

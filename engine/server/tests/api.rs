@@ -70,7 +70,7 @@ fn signed(nonce: &str, ts: i64, body: &str) -> Value {
 
 macro_rules! app {
     ($rt:expr) => {
-        test::init_service(App::new().configure(rampart::api::configure($rt.clone()))).await
+        test::init_service(App::new().configure(rampart::app::configure($rt.clone()))).await
     };
 }
 

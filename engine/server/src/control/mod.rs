@@ -17,7 +17,7 @@ use rampart_core::rollout::{
 use rampart_core::rules::{RuleSet, Source};
 use serde::{Deserialize, Serialize};
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 use crate::clock::now_ms;
 use crate::runtime::Runtime;
 use auth::{Identities, Principal, Role, Sessions, Throttle};

@@ -1,5 +1,9 @@
 //! The `rampart` command line: `serve`, `check`, `sign`, `regress`, `migrate`.
 
+pub mod demo;
+pub mod httpc;
+pub mod regress;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -39,7 +43,7 @@ enum Cmd {
     Sign(Box<SignArgs>),
     /// Replay recorded samples through a rule set: detection and false-positive rates, per-rule
     /// hits, failing samples, changes against another set.
-    Regress(Box<crate::regress_cmd::RegressArgs>),
+    Regress(Box<crate::cli::regress::RegressArgs>),
     /// Apply the ClickHouse schema migrations of `[decision_log]` (also done at start unless
     /// `migrate = false`), print what was applied, exit non-zero when ClickHouse refuses.
     Migrate {
@@ -48,7 +52,7 @@ enum Cmd {
     },
     /// Drive realistic mixed traffic (shoppers, a flash-sale rush, floods, coupon abuse, a
     /// lottery rush, WAF probes, replay bursts, bad clocks) against a running engine.
-    Demo(Box<crate::demo::DemoArgs>),
+    Demo(Box<crate::cli::demo::DemoArgs>),
     /// Read a password on stdin (one line) and print its argon2id hash for `[[admin.users]]
     /// password_hash`.
     HashPassword,
@@ -108,10 +112,10 @@ pub fn run() -> ExitCode {
     match cli.cmd {
         Cmd::Serve { config } => serve(config),
         Cmd::Check { config } => check(config),
-        Cmd::Regress(args) => crate::regress_cmd::run(*args),
+        Cmd::Regress(args) => crate::cli::regress::run(*args),
         Cmd::Migrate { config } => migrate(config),
         Cmd::HashPassword => hash_password(),
-        Cmd::Demo(args) => crate::demo::run(*args),
+        Cmd::Demo(args) => crate::cli::demo::run(*args),
         Cmd::Sign(args) => match sign_cmd(*args) {
             Ok(out) => {
                 println!("{out}");
@@ -185,9 +189,9 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
     let result = actix_web::rt::System::new().block_on(async move {
         let server = actix_web::HttpServer::new(move || {
             actix_web::App::new()
-                .wrap(actix_web::middleware::from_fn(crate::api::header_limit))
-                .wrap(actix_web::middleware::from_fn(crate::reqid::middleware))
-                .configure(crate::api::configure(Arc::clone(&server_rt)))
+                .wrap(actix_web::middleware::from_fn(crate::http::header_limit))
+                .wrap(actix_web::middleware::from_fn(crate::http::reqid::middleware))
+                .configure(crate::app::configure(Arc::clone(&server_rt)))
         })
         .workers(workers)
         .max_connections(srv.max_connections)
@@ -257,11 +261,11 @@ fn migrate(config: Option<PathBuf>) -> ExitCode {
         return ExitCode::from(2);
     }
     let s = crate::declog::ch_settings(dl);
-    match crate::chlog::migrate(&s) {
+    match crate::declog::clickhouse::migrate(&s) {
         Ok(applied) if applied.is_empty() => {
             println!(
                 "clickhouse schema up to date ({} migrations)",
-                crate::chlog::MIGRATIONS.len()
+                crate::declog::clickhouse::MIGRATIONS.len()
             );
             ExitCode::SUCCESS
         }
@@ -279,7 +283,7 @@ fn migrate(config: Option<PathBuf>) -> ExitCode {
 }
 
 fn init_logging(v: &Validated) {
-    crate::logging::init(&v.raw.log.level, v.raw.log.format == "json");
+    crate::runtime::logging::init(&v.raw.log.level, v.raw.log.format == "json");
 }
 
 fn check(config: Option<PathBuf>) -> ExitCode {

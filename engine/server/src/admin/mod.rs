@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
-use crate::api::{read_body, ApiError};
+use crate::http::read_body;
+use crate::error::ApiError;
 use crate::clock::now_ms;
 use crate::control::auth::{ct_eq, AuthError, Principal, Role, Via};
 use crate::control::{NewListEntry, StageRequest};
@@ -256,7 +257,7 @@ async fn json_body<T: serde::de::DeserializeOwned>(
     payload: web::Payload,
 ) -> Result<T, ApiError> {
     let body = read_body(rt, req, payload, MAX_ADMIN_BODY).await?;
-    serde_json::from_slice(&body).map_err(crate::api::json_error)
+    serde_json::from_slice(&body).map_err(crate::error::json_error)
 }
 
 #[derive(Deserialize)]
@@ -403,7 +404,7 @@ async fn ruleset_upload(
     let admin = &rt.config.raw.admin;
     // A bundle names its format; anything else is a plain upload.
     let is_bundle = serde_json::from_slice::<serde_json::Value>(&body)
-        .map_err(crate::api::json_error)?
+        .map_err(crate::error::json_error)?
         .get("format")
         .is_some();
     let refuse = |e: BundleError| {
@@ -433,7 +434,7 @@ async fn ruleset_upload(
         if !admin.allow_unsigned_uploads {
             return Err(refuse(BundleError::Unsigned));
         }
-        let u: Upload = serde_json::from_slice(&body).map_err(crate::api::json_error)?;
+        let u: Upload = serde_json::from_slice(&body).map_err(crate::error::json_error)?;
         let sources = u
             .files
             .into_iter()
@@ -546,7 +547,7 @@ async fn ruleset_regress(
     let r: RegressRequest = if body.iter().all(u8::is_ascii_whitespace) {
         RegressRequest::default()
     } else {
-        serde_json::from_slice(&body).map_err(crate::api::json_error)?
+        serde_json::from_slice(&body).map_err(crate::error::json_error)?
     };
     let v = resolve(&rt, &path)?;
     let against = resolve(&rt, r.against.as_deref().unwrap_or("stable"))?;
@@ -561,7 +562,7 @@ async fn ruleset_regress(
     }
     if !r.only_uploaded {
         samples.extend(
-            crate::regress_cmd::server_samples(&rt.config)
+            crate::cli::regress::server_samples(&rt.config)
                 .map_err(|e| ApiError::new(503, "SAMPLES_UNAVAILABLE", e))?,
         );
     }
@@ -573,7 +574,7 @@ async fn ruleset_regress(
                 .map_err(ruleset_invalid)
         };
         let (new, old) = (run(&cand)?, run(&base)?);
-        Ok(crate::regress_cmd::report_json(&new, Some(&old)))
+        Ok(crate::cli::regress::report_json(&new, Some(&old)))
     })
     .await
     .map_err(|e| ApiError::new(503, "BUSY", e.to_string()))??;
@@ -608,7 +609,7 @@ async fn ruleset_backtest(
     let b: BacktestRequest = if body.iter().all(u8::is_ascii_whitespace) {
         BacktestRequest::default()
     } else {
-        serde_json::from_slice(&body).map_err(crate::api::json_error)?
+        serde_json::from_slice(&body).map_err(crate::error::json_error)?
     };
     let hours = b.hours.unwrap_or(1.0);
     if !(hours > 0.0 && hours <= 168.0) {
@@ -635,17 +636,17 @@ async fn ruleset_backtest(
     let fetched = match &dl.clickhouse_url {
         Some(_) => {
             let s = crate::declog::ch_settings(dl);
-            crate::query::recorded_ch(&s, from, to, max_rows).await
+            crate::declog::query::recorded_ch(&s, from, to, max_rows).await
         }
         None => {
             let dir = dl.dir.clone();
-            web::block(move || crate::query::recorded_local(&dir, from, to, max_rows))
+            web::block(move || crate::declog::query::recorded_local(&dir, from, to, max_rows))
                 .await
                 .map_err(|e| ApiError::new(503, "LOG_UNAVAILABLE", e.to_string()))?
         }
     };
     let (rows, truncated) = fetched.map_err(|e| match e {
-        crate::query::QueryError::Invalid(m) => ApiError::new(400, "INVALID_QUERY", m),
+        crate::declog::query::QueryError::Invalid(m) => ApiError::new(400, "INVALID_QUERY", m),
         e => ApiError::new(503, "LOG_UNAVAILABLE", e.to_string()),
     })?;
     let settings = rt.config.raw.rules.settings();
@@ -685,7 +686,7 @@ async fn ruleset_validate(
 ) -> Result<HttpResponse, ApiError> {
     authorize(&rt, &req, Role::Author)?;
     let body = read_body(&rt, &req, payload, MAX_ADMIN_BODY).await?;
-    let v: ValidateRequest = serde_json::from_slice(&body).map_err(crate::api::json_error)?;
+    let v: ValidateRequest = serde_json::from_slice(&body).map_err(crate::error::json_error)?;
     let sources: Vec<_> = v
         .files
         .into_iter()
@@ -730,13 +731,13 @@ async fn ruleset_trace(
 ) -> Result<HttpResponse, ApiError> {
     authorize(&rt, &req, Role::Author)?;
     let body = read_body(&rt, &req, payload, MAX_ADMIN_BODY).await?;
-    let t: TraceRequest = serde_json::from_slice(&body).map_err(crate::api::json_error)?;
+    let t: TraceRequest = serde_json::from_slice(&body).map_err(crate::error::json_error)?;
     let v = resolve(&rt, &path)?;
     let doc = rt.control.doc(&v)?;
     let settings = rt.config.raw.rules.settings();
     let out = match (t.sample, t.decision) {
         (Some(name), None) => {
-            let sample = crate::regress_cmd::server_samples(&rt.config)
+            let sample = crate::cli::regress::server_samples(&rt.config)
                 .map_err(|e| ApiError::new(503, "SAMPLES_UNAVAILABLE", e))?
                 .into_iter()
                 .find(|s| s.name == name)
@@ -802,7 +803,7 @@ async fn ruleset_trace(
 async fn settings_get(rt: web::Data<Runtime>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     authorize(&rt, &req, Role::Viewer)?;
     let mut view = rt.config.settings_view();
-    view["log_level"] = crate::logging::level().into();
+    view["log_level"] = crate::runtime::logging::level().into();
     Ok(HttpResponse::Ok().json(view))
 }
 
@@ -883,7 +884,7 @@ async fn rollout_rollback(
     let r: Rollback = if body.iter().all(u8::is_ascii_whitespace) {
         Rollback::default()
     } else {
-        serde_json::from_slice(&body).map_err(crate::api::json_error)?
+        serde_json::from_slice(&body).map_err(crate::error::json_error)?
     };
     let reason = if r.reason.is_empty() {
         "manual rollback".to_string()
@@ -990,7 +991,7 @@ async fn audit(rt: web::Data<Runtime>, req: HttpRequest) -> Result<HttpResponse,
 
 async fn log_level_get(rt: web::Data<Runtime>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     authorize(&rt, &req, Role::Viewer)?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "level": crate::logging::level() })))
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "level": crate::runtime::logging::level() })))
 }
 
 #[derive(Deserialize)]
@@ -1006,8 +1007,8 @@ async fn log_level_put(
 ) -> Result<HttpResponse, ApiError> {
     let who = authorize(&rt, &req, Role::Admin)?;
     let l: LogLevel = json_body(&rt, &req, payload).await?;
-    let before = crate::logging::level();
-    crate::logging::set_level(&l.level)
+    let before = crate::runtime::logging::level();
+    crate::runtime::logging::set_level(&l.level)
         .map_err(|e| ApiError::new(400, "INVALID_FIELD", format!("level: {e}")))?;
     rt.control.audit(
         &who,
@@ -1040,16 +1041,16 @@ async fn decisions_query(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     authorize(&rt, &req, Role::Viewer)?;
-    crate::api::query_endpoint(rt, req, false).await
+    crate::http::query_endpoint(rt, req, false).await
 }
 
 async fn stats_query(rt: web::Data<Runtime>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     authorize(&rt, &req, Role::Viewer)?;
-    crate::api::query_endpoint(rt, req, true).await
+    crate::http::query_endpoint(rt, req, true).await
 }
 
 fn method_not_allowed() -> actix_web::Route {
-    web::to(crate::api::method_not_allowed)
+    web::to(crate::error::method_not_allowed)
 }
 
 /// Registers the admin routes.

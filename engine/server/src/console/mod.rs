@@ -4,6 +4,8 @@
 //! framing), `nosniff`, no referrer. The console talks to the admin API with the session cookie
 //! (`HttpOnly`, `SameSite=Strict`) and sends the session's CSRF token on every change.
 
+pub mod files;
+
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
 
@@ -41,7 +43,7 @@ fn policy(hashes: &str) -> String {
 pub fn csp() -> String {
     static EMBEDDED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     match dev_dir() {
-        Some(d) => policy(&crate::console_files::inline_script_hashes(
+        Some(d) => policy(&crate::console::files::inline_script_hashes(
             &std::fs::read_to_string(d.join("index.html")).unwrap_or_default(),
         )),
         None => EMBEDDED
@@ -99,7 +101,7 @@ fn file(name: &str) -> HttpResponse {
         // `{file}` never holds a `/`; hidden files (the build hash) are not served.
         Some(d) if !name.starts_with('.') => std::fs::read(d.join(name))
             .ok()
-            .map(|b| (name, crate::console_files::mime(name), Bytes::from(b))),
+            .map(|b| (name, crate::console::files::mime(name), Bytes::from(b))),
         Some(_) => None,
         None => assets::CONSOLE_FILES
             .iter()
@@ -126,7 +128,7 @@ fn file(name: &str) -> HttpResponse {
                  (or run ./scripts/serve.sh), then rebuild rampart.\n",
             ),
         None => {
-            let mut r = actix_web::ResponseError::error_response(&crate::api::ApiError::new(
+            let mut r = actix_web::ResponseError::error_response(&crate::error::ApiError::new(
                 404,
                 "NOT_FOUND",
                 format!("no console file {name:?}"),
@@ -147,18 +149,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         web::resource("/console")
             .route(web::get().to(redirect))
             .route(web::head().to(redirect))
-            .default_service(web::to(crate::api::method_not_allowed)),
+            .default_service(web::to(crate::error::method_not_allowed)),
     )
     .service(
         web::resource("/console/")
             .route(web::get().to(index))
             .route(web::head().to(index))
-            .default_service(web::to(crate::api::method_not_allowed)),
+            .default_service(web::to(crate::error::method_not_allowed)),
     )
     .service(
         web::resource("/console/{file}")
             .route(web::get().to(asset))
             .route(web::head().to(asset))
-            .default_service(web::to(crate::api::method_not_allowed)),
+            .default_service(web::to(crate::error::method_not_allowed)),
     );
 }

@@ -40,19 +40,19 @@ use crate::metrics::Metrics;
 pub const MIGRATIONS: &[(&str, &str)] = &[
     (
         "0001_decisions",
-        include_str!("../../../dashboards/clickhouse/migrations/0001_decisions.sql"),
+        include_str!("../../../../dashboards/clickhouse/migrations/0001_decisions.sql"),
     ),
     (
         "0002_decisions_minute",
-        include_str!("../../../dashboards/clickhouse/migrations/0002_decisions_minute.sql"),
+        include_str!("../../../../dashboards/clickhouse/migrations/0002_decisions_minute.sql"),
     ),
     (
         "0003_decisions_request",
-        include_str!("../../../dashboards/clickhouse/migrations/0003_decisions_request.sql"),
+        include_str!("../../../../dashboards/clickhouse/migrations/0003_decisions_request.sql"),
     ),
     (
         "0004_decisions_device_id",
-        include_str!("../../../dashboards/clickhouse/migrations/0004_decisions_device_id.sql"),
+        include_str!("../../../../dashboards/clickhouse/migrations/0004_decisions_device_id.sql"),
     ),
 ];
 

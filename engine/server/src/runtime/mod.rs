@@ -1,6 +1,9 @@
 //! Everything a running engine holds: the decision path with its stores, metrics, the decision log,
 //! and the maintenance thread that rotates the nonce filter and watches its load.
 
+pub mod logging;
+pub mod peers;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -311,7 +314,7 @@ impl Runtime {
                 .import(self, &default_rules(), "built-in", false),
             (None, false) => match self.control.store.load() {
                 Ok(s) => self.control.apply(self, &s),
-                Err(e) => Err(crate::api::ApiError::new(
+                Err(e) => Err(crate::error::ApiError::new(
                     503,
                     "CONTROL_UNAVAILABLE",
                     e.to_string(),
@@ -350,7 +353,7 @@ impl Runtime {
     /// Starts the maintenance thread (and the peer check, where it applies) and marks the engine
     /// ready.
     pub fn start_background(self: &Arc<Self>) {
-        crate::peers::spawn(self);
+        crate::runtime::peers::spawn(self);
         let rt = self.clone();
         let tick = Duration::from_millis((self.config.filter.slice_ms / 4).clamp(5, 50) as u64);
         let rules = &self.config.raw.rules;

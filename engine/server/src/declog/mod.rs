@@ -1,11 +1,14 @@
 //! The decision log: one background thread fed through a bounded queue writes every decision
-//! either to ClickHouse (`[decision_log] clickhouse_url`, see [`crate::chlog`]) or to the embedded
+//! either to ClickHouse (`[decision_log] clickhouse_url`, see [`crate::declog::clickhouse`]) or to the embedded
 //! local log — append-only JSON-lines files rotated by size — and keeps an in-memory ring of
 //! recent decisions.
 //!
 //! The decision path only does a non-blocking `try_send`: a full queue drops the row and counts it
 //! (`rampart_decision_log_rows_dropped_total`) rather than slowing decisions. On shutdown the queue
 //! is drained before the process exits.
+
+pub mod clickhouse;
+pub mod query;
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -175,7 +178,7 @@ impl DecisionLog {
             Some(_) => {
                 let settings = ch_settings(cfg);
                 if cfg.migrate {
-                    match crate::chlog::migrate(&settings) {
+                    match crate::declog::clickhouse::migrate(&settings) {
                         Ok(applied) if !applied.is_empty() => {
                             tracing::info!(?applied, "clickhouse schema migrated")
                         }
@@ -186,7 +189,7 @@ impl DecisionLog {
                         ),
                     }
                 }
-                Some(crate::chlog::ChSink::open(settings, metrics.clone())?)
+                Some(crate::declog::clickhouse::ChSink::open(settings, metrics.clone())?)
             }
         };
         let (tx, rx) = sync_channel(cfg.queue_size);
@@ -276,12 +279,12 @@ struct Writer {
     file_bytes: u64,
     seq: u64,
     /// The ClickHouse sink, instead of the local files.
-    ch: Option<crate::chlog::ChSink>,
+    ch: Option<crate::declog::clickhouse::ChSink>,
 }
 
 /// The ClickHouse sink's settings from `[decision_log]`.
-pub fn ch_settings(cfg: &DecisionLogConfig) -> crate::chlog::ChSettings {
-    crate::chlog::ChSettings {
+pub fn ch_settings(cfg: &DecisionLogConfig) -> crate::declog::clickhouse::ChSettings {
+    crate::declog::clickhouse::ChSettings {
         url: cfg.clickhouse_url.clone().unwrap_or_default(),
         database: cfg.clickhouse_database.clone(),
         user: cfg.clickhouse_user.clone(),
@@ -379,7 +382,7 @@ impl Writer {
             return;
         }
         if let Some(ch) = self.ch.as_mut() {
-            ch.push(batch.iter().map(crate::chlog::ChRow::from_record));
+            ch.push(batch.iter().map(crate::declog::clickhouse::ChRow::from_record));
             self.remember(batch);
             return;
         }

@@ -15,7 +15,7 @@ use rampart_core::{Action, Code};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 
-use crate::api::{DecisionOut, Outcome, RulesetRef};
+use crate::http::{DecisionOut, Outcome, RulesetRef};
 use crate::control::{NewListEntry, StageRequest};
 
 /// An error of the call itself.

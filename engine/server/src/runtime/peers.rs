@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Backend;
-use crate::query::{ch_rows, lit};
+use crate::declog::query::{ch_rows, lit};
 use crate::runtime::Runtime;
 
 /// How far back the log is read: rows older than this do not count as a live peer.
@@ -51,7 +51,7 @@ pub fn peer_query(database: &str, me: &str, apps: &[String]) -> String {
         "SELECT instance, count() AS n FROM {database}.{table} \
          WHERE time >= now() - {LOOKBACK_S} AND instance != {me} AND app IN ({apps}) \
          GROUP BY instance ORDER BY instance LIMIT 100",
-        table = crate::chlog::TABLE,
+        table = crate::declog::clickhouse::TABLE,
         me = lit(me),
         apps = apps.join(", "),
     )

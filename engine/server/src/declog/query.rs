@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::chlog::{ChSettings, TABLE};
+use crate::declog::clickhouse::{ChSettings, TABLE};
 
 /// Query-string filters of `/admin/v1/decisions` and `/admin/v1/stats`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -197,7 +197,7 @@ fn ch_where(f: &Filter, c: &Checked) -> String {
 }
 
 pub(crate) async fn ch_rows(s: &ChSettings, sql: String) -> Result<Vec<Value>, QueryError> {
-    let client = crate::chlog::client(s);
+    let client = crate::declog::clickhouse::client(s);
     let run = async {
         let mut cursor = client
             .query(&sql)
@@ -428,7 +428,7 @@ fn local_decision(r: &Value) -> Value {
         "isp": s("isp"),
         "device_type": s("device_type"),
         "device_id": s("device_id"),
-        "ua_family": crate::chlog::ua_family(&s("user_agent")),
+        "ua_family": crate::declog::clickhouse::ua_family(&s("user_agent")),
         "user_agent": s("user_agent"),
         "ja3": s("ja3"),
         "tier": s("tier"),

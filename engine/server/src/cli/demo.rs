@@ -411,7 +411,7 @@ pub fn run(a: DemoArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = crate::httpc::parse_base(&a.url) {
+    if let Err(e) = crate::cli::httpc::parse_base(&a.url) {
         eprintln!("rampart demo: {e}");
         return ExitCode::from(2);
     }
@@ -441,7 +441,7 @@ pub fn run(a: DemoArgs) -> ExitCode {
                 let mut seed = [0u8; 8];
                 let _ = getrandom::getrandom(&mut seed);
                 let mut rng = Rng(u64::from_le_bytes(seed) | 1 | ((w as u64) << 1));
-                let mut conn = crate::httpc::Conn::new(&url).expect("checked");
+                let mut conn = crate::cli::httpc::Conn::new(&url).expect("checked");
                 let mut next = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
                     // A new sale and a new lottery every minute.

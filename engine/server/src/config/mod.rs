@@ -587,7 +587,7 @@ pub struct DecisionLogConfig {
     /// Where batches wait while ClickHouse is away. Default: `<dir>/spool`.
     pub spool_dir: Option<PathBuf>,
     pub spool_max_bytes: u64,
-    pub on_spool_full: crate::chlog::SpoolFull,
+    pub on_spool_full: crate::declog::clickhouse::SpoolFull,
     pub dir: PathBuf,
     pub max_file_bytes: u64,
     pub max_files: usize,
@@ -616,7 +616,7 @@ impl Default for DecisionLogConfig {
             retry_ms: 1_000,
             spool_dir: None,
             spool_max_bytes: 4 * 1024 * 1024 * 1024,
-            on_spool_full: crate::chlog::SpoolFull::DropNewest,
+            on_spool_full: crate::declog::clickhouse::SpoolFull::DropNewest,
             dir: PathBuf::from("rampart-data/decisions"),
             max_file_bytes: 64 * 1024 * 1024,
             max_files: 16,
@@ -1163,7 +1163,7 @@ impl Validated {
             &self.raw.server.tls_key_file,
         ) {
             self.tls = Some(
-                crate::tls::server_config(cert, key).map_err(|e| ConfigError::Invalid(vec![e]))?,
+                crate::http::tls::server_config(cert, key).map_err(|e| ConfigError::Invalid(vec![e]))?,
             );
         }
         Ok(self)

@@ -1,0 +1,66 @@
+//! `/v1/authz`: forward-auth for nginx `auth_request`, Envoy ext_authz (HTTP) and Traefik
+//! ForwardAuth; the proxy's headers become a decide request.
+
+use std::time::Instant;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
+use rampart_core::DecideRequest;
+use crate::runtime::Runtime;
+use crate::error::ApiError;
+use super::decide::judge;
+
+/// The decide request a forward-auth call describes (`rampart_core::forward`).
+pub(super) fn authz_request(req: &HttpRequest) -> Result<DecideRequest, ApiError> {
+    let headers: Vec<(&str, &str)> = req
+        .headers()
+        .iter()
+        .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)))
+        .collect();
+    let peer = req.peer_addr().map(|a| a.ip().to_string());
+    rampart_core::forward::CheckRequest {
+        headers: &headers,
+        method: req.method().as_str(),
+        path_and_query: req.uri().path_and_query().map_or("/", |p| p.as_str()),
+        peer_ip: peer.as_deref(),
+    }
+    .to_decide()
+    .map_err(|e| ApiError::new(400, "INVALID_FIELD", e.to_string()))
+}
+
+/// `GET|POST /v1/authz`: forward-auth. 200 to allow; else the decision's status, with the
+/// decision in `X-Rampart-*` headers (and the body).
+pub(super) async fn authz(rt: web::Data<Runtime>, req: HttpRequest) -> HttpResponse {
+    let started = Instant::now();
+    let answer = authz_request(&req)
+        .inspect_err(|e| rt.metrics.api_error(e.code))
+        .and_then(|d| judge(&rt, d, started));
+    match answer {
+        Ok(out) => {
+            let status = if out.action == rampart_core::Action::Allow {
+                200
+            } else {
+                out.status
+            };
+            let mut r =
+                HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN));
+            r.insert_header(("X-Rampart-Decision", out.action.as_str()))
+                .insert_header(("X-Rampart-Code", out.code.as_str()))
+                .insert_header(("X-Rampart-Status", out.status.to_string()))
+                .insert_header(("X-Rampart-Decision-Id", out.decision_id.clone()));
+            if let Some(ms) = out.retry_after_ms.filter(|_| status == 429) {
+                r.insert_header(("Retry-After", ms.div_ceil(1000).max(1).to_string()));
+            }
+            r.json(out)
+        }
+        Err(e) => {
+            let mut r = e.error_response();
+            if let Ok(v) = actix_web::http::header::HeaderValue::from_str(e.code) {
+                r.headers_mut().insert(
+                    actix_web::http::header::HeaderName::from_static("x-rampart-code"),
+                    v,
+                );
+            }
+            r
+        }
+    }
+}

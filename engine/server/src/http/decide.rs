@@ -1,0 +1,257 @@
+//! `POST /v1/decide` and `POST /v1/decide/batch`: a request judged by the engine, its answer, and
+//! the record the decision log keeps of it.
+
+use super::body::read_body;
+use std::time::Instant;
+use actix_web::{web, HttpRequest, HttpResponse};
+use rampart_core::model::{Reason, ShadowHit};
+use rampart_core::{Action, Code, DecideRequest, Verdict};
+use serde::{Deserialize, Serialize};
+use crate::clock::now_ms;
+use crate::declog::{DecisionRecord, RecordedJson};
+use crate::runtime::Runtime;
+use crate::error::{ApiError, json_error};
+
+/// The answer of `/v1/decide`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DecisionOut {
+    pub decision_id: String,
+    pub action: Action,
+    pub code: Code,
+    pub status: u16,
+    pub tier: Option<String>,
+    pub rule: Option<String>,
+    pub reasons: Vec<Reason>,
+    pub retry_after_ms: Option<u64>,
+    pub ruleset: RulesetRef,
+    pub shadow: Vec<ShadowHit>,
+    pub latency_us: u64,
+    pub degraded: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_time_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skew_ms: Option<i64>,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RulesetRef {
+    pub version: String,
+    pub arm: String,
+}
+
+/// Judges one parsed request, records metrics and the decision log row (which takes the request's
+/// strings: it is not needed afterwards).
+pub(super) fn judge(rt: &Runtime, req: DecideRequest, started: Instant) -> Result<DecisionOut, ApiError> {
+    let now = now_ms();
+    let (verdict, req) = rt.engine.decide_owned(req, now);
+    let mut verdict: Verdict = verdict.inspect_err(|e| rt.metrics.api_error(e.code()))?;
+    let version = std::mem::take(&mut verdict.ruleset_version);
+    let elapsed = started.elapsed();
+    let latency_us = elapsed.as_micros() as u64;
+    rt.metrics.record(&req.app, &verdict, elapsed.as_secs_f64());
+    let decision_id = rt.ids.next(now);
+    let log = &rt.config.raw.decision_log;
+    let recorded = log
+        .record_request
+        .then(|| recorded_request(&req, log.record_request_max_bytes))
+        .flatten();
+    // The caller's `client.user_agent`, else the judged request's own header.
+    let header_agent = match req.client.user_agent {
+        Some(_) => None,
+        None => req.request.header("user-agent").map(str::to_string),
+    };
+    let DecideRequest {
+        app,
+        request,
+        client,
+        user_id,
+        ..
+    } = req;
+    let mut method = request.method;
+    method.make_ascii_uppercase();
+    rt.log.submit(DecisionRecord {
+        time_ms: now,
+        decision_id: decision_id.clone(),
+        app,
+        method,
+        route: request.path,
+        user: user_id,
+        ip: client.ip,
+        device_id: client.device_id,
+        country: client.country,
+        isp: client.isp,
+        device_type: client.device_type,
+        user_agent: client.user_agent.or(header_agent),
+        ja3: client.ja3,
+        tier: verdict.tier,
+        rule: verdict.rule.clone(),
+        action: verdict.action,
+        code: verdict.code,
+        status: verdict.status,
+        reasons: verdict.reasons.clone(),
+        shadow: verdict.shadow.clone(),
+        ruleset_version: version.clone(),
+        arm: verdict.arm.as_str(),
+        latency_us,
+        degraded: verdict.degraded,
+        instance: rt.instance.clone(),
+        score: verdict.score,
+        request: recorded,
+    });
+    Ok(DecisionOut {
+        decision_id,
+        action: verdict.action,
+        code: verdict.code,
+        status: verdict.status,
+        tier: verdict.tier.map(str::to_string),
+        rule: verdict.rule,
+        reasons: verdict.reasons,
+        retry_after_ms: verdict.retry_after_ms,
+        ruleset: RulesetRef {
+            version,
+            arm: verdict.arm.as_str().into(),
+        },
+        shadow: verdict.shadow,
+        latency_us,
+        degraded: verdict.degraded,
+        server_time_ms: verdict.server_time_ms,
+        skew_ms: verdict.skew_ms,
+    })
+}
+
+/// Headers never recorded: credentials, and the anti-replay headers (useless once judged).
+const UNRECORDED_HEADERS: [&str; 10] = [
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+    "x-api-key",
+    "x-signature",
+    "x-nonce",
+    "x-timestamp",
+    "x-csrf-token",
+    "x-content-sha256",
+];
+
+/// The rule-visible parts of `req` the decision log keeps for backtests (the row has the rest):
+/// query, headers without credentials, params, body, device id. Over `max` bytes the body is left
+/// out; if it is still over, nothing is recorded.
+/// The recorded request as stored in the decision log: borrowed fields serialised straight to
+/// text (keys in alphabetical order, as a `serde_json::Map` would give them), without first
+/// copying params, body and headers into a JSON tree.
+#[derive(serde::Serialize)]
+struct Recorded<'a> {
+    pub(super) body: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(super) body_omitted: bool,
+    pub(super) device_id: &'a Option<String>,
+    pub(super) headers: std::collections::BTreeMap<std::borrow::Cow<'a, str>, &'a str>,
+    pub(super) params: &'a Option<serde_json::Value>,
+    pub(super) query: &'a str,
+}
+
+pub(super) fn recorded_request(req: &DecideRequest, max: usize) -> Option<RecordedJson> {
+    let r = &req.request;
+    let mut rec = Recorded {
+        body: r.body.as_deref(),
+        body_omitted: false,
+        device_id: &req.client.device_id,
+        headers: r
+            .headers
+            .iter()
+            .filter(|(k, _)| !UNRECORDED_HEADERS.iter().any(|u| k.eq_ignore_ascii_case(u)))
+            .map(|(k, v)| {
+                let k = if k.bytes().any(|b| b.is_ascii_uppercase()) {
+                    std::borrow::Cow::Owned(k.to_ascii_lowercase())
+                } else {
+                    std::borrow::Cow::Borrowed(k.as_str())
+                };
+                (k, v.as_str())
+            })
+            .collect(),
+        params: &req.params,
+        query: &r.query,
+    };
+    // The recorded object, then params (the only part that nests).
+    let depth = 1 + req.params.as_ref().map_or(0, crate::declog::nesting);
+    let s = RecordedJson::of(&rec, depth)?;
+    if s.as_str().len() <= max {
+        return Some(s);
+    }
+    rec.body = None;
+    rec.body_omitted = true;
+    let s = RecordedJson::of(&rec, depth)?;
+    (s.as_str().len() <= max).then_some(s)
+}
+
+pub(super) async fn decide(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_body(&rt, &req, payload, rt.limits.max_body_bytes).await?;
+    let started = Instant::now();
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        rt.metrics.api_error("INVALID_FIELD");
+        return Err(ApiError::new(
+            400,
+            "INVALID_FIELD",
+            "the body must be a JSON object (use /v1/decide/batch for arrays)",
+        ));
+    }
+    let parsed: DecideRequest = serde_json::from_slice(&body).map_err(|e| {
+        let e = json_error(e);
+        rt.metrics.api_error(e.code);
+        e
+    })?;
+    let out = judge(&rt, parsed, started)?;
+    Ok(HttpResponse::Ok().json(out))
+}
+
+pub(super) async fn decide_batch(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_body(&rt, &req, payload, rt.limits.max_batch_body_bytes).await?;
+    let items: Vec<Box<serde_json::value::RawValue>> =
+        serde_json::from_slice(&body).map_err(|e| {
+            let e = match json_error(e) {
+                e if e.code == "INVALID_FIELD" => ApiError::new(
+                    400,
+                    "INVALID_FIELD",
+                    "the batch body must be a JSON array of decide requests",
+                ),
+                e => e,
+            };
+            rt.metrics.api_error(e.code);
+            e
+        })?;
+    if items.len() > rt.limits.max_batch_items {
+        rt.metrics.api_error("BATCH_TOO_LARGE");
+        return Err(ApiError::new(
+            413,
+            "BATCH_TOO_LARGE",
+            format!(
+                "the batch has {} items; the limit is {}",
+                items.len(),
+                rt.limits.max_batch_items
+            ),
+        ));
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let started = Instant::now();
+        let answer = serde_json::from_str::<DecideRequest>(item.get())
+            .map_err(json_error)
+            .and_then(|r| judge(&rt, r, started));
+        out.push(match answer {
+            Ok(d) => serde_json::to_value(d).unwrap_or_default(),
+            Err(e) => {
+                rt.metrics.api_error(e.code);
+                e.body()
+            }
+        });
+    }
+    Ok(HttpResponse::Ok().json(out))
+}
