@@ -14,7 +14,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use rampart::control::auth::ct_eq;
+use rampart::auth::ct_eq;
 use rampart_core::replay::canonical::{SignedFields, Signer};
 
 /// A measured comparison: `true` = class A (equal input), `false` = class B.

@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rampart::declog::clickhouse::{ChRow, ChSettings, ChSink, SpoolFull};
+use rampart::config::SpoolFull;
+use rampart::declog::clickhouse::{ChRow, ChSettings, ChSink};
 use rampart::metrics::Metrics;
 use serde_json::Value;
 use support::{env, now_ms, temp_dir, Call, ClickHouseServer, Engine};

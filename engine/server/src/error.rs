@@ -105,6 +105,9 @@ pub(crate) async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
     .error_response()
 }
 
-pub(crate) fn query_error(err: actix_web::error::QueryPayloadError, _req: &HttpRequest) -> actix_web::Error {
+pub(crate) fn query_error(
+    err: actix_web::error::QueryPayloadError,
+    _req: &HttpRequest,
+) -> actix_web::Error {
     ApiError::new(400, "INVALID_FIELD", format!("bad query string: {err}")).into()
 }

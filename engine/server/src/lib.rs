@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod auth;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -24,7 +24,7 @@ fn users() -> String {
         ("carol", "approver"),
         ("root", "admin"),
     ] {
-        let h = rampart::control::auth::hash_password(&format!("{name}-pw")).unwrap();
+        let h = rampart::auth::hash_password(&format!("{name}-pw")).unwrap();
         s.push_str(&format!(
             "[[admin.users]]\nname = \"{name}\"\nrole = \"{role}\"\npassword_hash = \"{h}\"\n"
         ));

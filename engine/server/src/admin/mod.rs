@@ -6,15 +6,13 @@ use std::collections::{BTreeMap, HashMap};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
-use crate::http::read_body;
-use crate::error::ApiError;
+use crate::auth::SESSION_COOKIE;
+use crate::auth::{ct_eq, AuthError, Principal, Role, Via};
 use crate::clock::now_ms;
-use crate::control::auth::{ct_eq, AuthError, Principal, Role, Via};
 use crate::control::{NewListEntry, StageRequest};
+use crate::error::ApiError;
+use crate::http::read_body;
 use crate::runtime::Runtime;
-
-/// The session cookie's name.
-pub const SESSION_COOKIE: &str = "rampart_session";
 
 /// Largest admin JSON body (rule set uploads included).
 const MAX_ADMIN_BODY: usize = 8 * 1024 * 1024;
@@ -82,7 +80,7 @@ fn check_password(
                 .unwrap_or_else(|e| e.into_inner())
                 .get(user)
                 .is_some_and(|(d, until)| *until > now && ct_eq(d, &digest));
-            if hit || crate::control::auth::verify_password(&u.password_hash, password) {
+            if hit || crate::auth::verify_password(&u.password_hash, password) {
                 let mut m = cache.lock().unwrap_or_else(|e| e.into_inner());
                 if m.len() > 10_000 {
                     m.clear();
@@ -95,7 +93,7 @@ fn check_password(
         }
         None => {
             // Same work for an unknown name, so timing does not say which names exist.
-            let _ = crate::control::auth::verify_password(DUMMY_HASH, password);
+            let _ = crate::auth::verify_password(DUMMY_HASH, password);
             None
         }
     };
@@ -442,9 +440,9 @@ async fn ruleset_upload(
             .collect();
         (sources, u.message, Default::default())
     };
-    let (meta, created) = rt
-        .control
-        .upload(&rt, &who, &sources, &message, "upload", provenance)?;
+    let (meta, created) =
+        rt.control
+            .upload(&rt.host(), &who, &sources, &message, "upload", provenance)?;
     let body = serde_json::json!({ "version": meta.version, "created": created, "meta": meta });
     Ok(if created {
         HttpResponse::Created().json(body)
@@ -562,7 +560,7 @@ async fn ruleset_regress(
     }
     if !r.only_uploaded {
         samples.extend(
-            crate::cli::regress::server_samples(&rt.config)
+            crate::runtime::samples::server_samples(&rt.config)
                 .map_err(|e| ApiError::new(503, "SAMPLES_UNAVAILABLE", e))?,
         );
     }
@@ -574,7 +572,7 @@ async fn ruleset_regress(
                 .map_err(ruleset_invalid)
         };
         let (new, old) = (run(&cand)?, run(&base)?);
-        Ok(crate::cli::regress::report_json(&new, Some(&old)))
+        Ok(crate::runtime::samples::report_json(&new, Some(&old)))
     })
     .await
     .map_err(|e| ApiError::new(503, "BUSY", e.to_string()))??;
@@ -737,7 +735,7 @@ async fn ruleset_trace(
     let settings = rt.config.raw.rules.settings();
     let out = match (t.sample, t.decision) {
         (Some(name), None) => {
-            let sample = crate::cli::regress::server_samples(&rt.config)
+            let sample = crate::runtime::samples::server_samples(&rt.config)
                 .map_err(|e| ApiError::new(503, "SAMPLES_UNAVAILABLE", e))?
                 .into_iter()
                 .find(|s| s.name == name)
@@ -814,7 +812,7 @@ async fn ruleset_activate(
 ) -> Result<HttpResponse, ApiError> {
     let who = authorize(&rt, &req, Role::Author)?;
     let v = resolve(&rt, &path)?;
-    let s = rt.control.activate(&rt, &who, &v)?;
+    let s = rt.control.activate(&rt.host(), &who, &v)?;
     Ok(HttpResponse::Ok().json(rollout_view(&rt, &s)))
 }
 
@@ -846,7 +844,7 @@ async fn rollout_stage(
     let who = authorize(&rt, &req, Role::Author)?;
     let mut r: StageRequest = json_body(&rt, &req, payload).await?;
     r.version = resolve(&rt, &r.version)?;
-    let s = rt.control.stage(&rt, &who, r)?;
+    let s = rt.control.stage(&rt.host(), &who, r)?;
     Ok(HttpResponse::Ok().json(rollout_view(&rt, &s)))
 }
 
@@ -864,7 +862,7 @@ async fn rollout_approve(
     let who = authorize(&rt, &req, Role::Approver)?;
     let a: Approve = json_body(&rt, &req, payload).await?;
     let v = resolve(&rt, &a.version)?;
-    let s = rt.control.approve(&rt, &who, &v)?;
+    let s = rt.control.approve(&rt.host(), &who, &v)?;
     Ok(HttpResponse::Ok().json(rollout_view(&rt, &s)))
 }
 
@@ -891,7 +889,7 @@ async fn rollout_rollback(
     } else {
         r.reason.chars().take(1000).collect()
     };
-    let s = rt.control.rollback(&rt, &who, &reason)?;
+    let s = rt.control.rollback(&rt.host(), &who, &reason)?;
     Ok(HttpResponse::Ok().json(rollout_view(&rt, &s)))
 }
 
@@ -923,7 +921,7 @@ async fn lists_add(
 ) -> Result<HttpResponse, ApiError> {
     let who = authorize(&rt, &req, Role::Author)?;
     let e: NewListEntry = json_body(&rt, &req, payload).await?;
-    let entry = rt.control.add_list_entry(&rt, &who, e)?;
+    let entry = rt.control.add_list_entry(&rt.host(), &who, e)?;
     Ok(HttpResponse::Created().json(entry))
 }
 
@@ -936,7 +934,7 @@ async fn lists_remove(
     let id: u64 = path
         .parse()
         .map_err(|_| ApiError::new(400, "INVALID_FIELD", "the entry id is a number"))?;
-    rt.control.remove_list_entry(&rt, &who, id)?;
+    rt.control.remove_list_entry(&rt.host(), &who, id)?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "removed": id })))
 }
 

@@ -190,7 +190,9 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
         let server = actix_web::HttpServer::new(move || {
             actix_web::App::new()
                 .wrap(actix_web::middleware::from_fn(crate::http::header_limit))
-                .wrap(actix_web::middleware::from_fn(crate::http::reqid::middleware))
+                .wrap(actix_web::middleware::from_fn(
+                    crate::http::reqid::middleware,
+                ))
                 .configure(crate::app::configure(Arc::clone(&server_rt)))
         })
         .workers(workers)
@@ -235,7 +237,7 @@ fn hash_password() -> ExitCode {
         eprintln!("rampart hash-password: a password of at least 8 characters, please");
         return ExitCode::from(2);
     }
-    match crate::control::auth::hash_password(pw) {
+    match crate::auth::hash_password(pw) {
         Ok(h) => {
             println!("{h}");
             ExitCode::SUCCESS

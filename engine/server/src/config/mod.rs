@@ -1,6 +1,8 @@
 //! Configuration: one TOML file, `RAMPART_<SECTION>_<KEY>` environment overrides, validated as a
 //! whole before any port is bound. Every key is documented in `docs/config.md`.
 
+pub mod tls;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -109,7 +111,7 @@ pub struct BundleKey {
 #[serde(deny_unknown_fields)]
 pub struct AdminUser {
     pub name: String,
-    pub role: crate::control::auth::Role,
+    pub role: crate::auth::Role,
     /// PHC-format argon2 hash (`rampart hash-password`).
     pub password_hash: String,
 }
@@ -128,7 +130,7 @@ impl std::fmt::Debug for AdminUser {
 #[serde(deny_unknown_fields)]
 pub struct AdminToken {
     pub name: String,
-    pub role: crate::control::auth::Role,
+    pub role: crate::auth::Role,
     /// Lower-case hex SHA-256 of the token.
     #[serde(default)]
     pub token_sha256: Option<String>,
@@ -159,8 +161,8 @@ impl AdminConfig {
     }
 
     /// The configured identities, with token hashes resolved (checked by `validate`).
-    pub fn identities(&self) -> crate::control::auth::Identities {
-        use crate::control::auth::{Identities, Token, User};
+    pub fn identities(&self) -> crate::auth::Identities {
+        use crate::auth::{Identities, Token, User};
         use sha2::Digest;
         Identities {
             users: self
@@ -201,7 +203,7 @@ impl AdminConfig {
     fn check(&self, errs: &mut Vec<String>) {
         let mut names = std::collections::HashSet::new();
         for u in &self.users {
-            if !crate::control::auth::valid_user_name(&u.name) {
+            if !crate::auth::valid_user_name(&u.name) {
                 errs.push(format!(
                     "admin.users: name {:?} must be 1–64 of [A-Za-z0-9-_@+]",
                     u.name
@@ -210,7 +212,7 @@ impl AdminConfig {
             if !names.insert(u.name.clone()) {
                 errs.push(format!("admin.users: {:?} appears twice", u.name));
             }
-            if let Err(e) = crate::control::auth::check_hash(&u.password_hash) {
+            if let Err(e) = crate::auth::check_hash(&u.password_hash) {
                 errs.push(format!(
                     "admin.users {:?}: password_hash is not an argon2 PHC string ({e}); make one with `rampart hash-password`",
                     u.name
@@ -218,7 +220,7 @@ impl AdminConfig {
             }
         }
         for t in &self.tokens {
-            if !crate::control::auth::valid_user_name(&t.name) || !names.insert(t.name.clone()) {
+            if !crate::auth::valid_user_name(&t.name) || !names.insert(t.name.clone()) {
                 errs.push(format!(
                     "admin.tokens: name {:?} must be 1–64 of [A-Za-z0-9-_@+] and differ from every user and token",
                     t.name
@@ -587,7 +589,7 @@ pub struct DecisionLogConfig {
     /// Where batches wait while ClickHouse is away. Default: `<dir>/spool`.
     pub spool_dir: Option<PathBuf>,
     pub spool_max_bytes: u64,
-    pub on_spool_full: crate::declog::clickhouse::SpoolFull,
+    pub on_spool_full: SpoolFull,
     pub dir: PathBuf,
     pub max_file_bytes: u64,
     pub max_files: usize,
@@ -616,7 +618,7 @@ impl Default for DecisionLogConfig {
             retry_ms: 1_000,
             spool_dir: None,
             spool_max_bytes: 4 * 1024 * 1024 * 1024,
-            on_spool_full: crate::declog::clickhouse::SpoolFull::DropNewest,
+            on_spool_full: SpoolFull::DropNewest,
             dir: PathBuf::from("rampart-data/decisions"),
             max_file_bytes: 64 * 1024 * 1024,
             max_files: 16,
@@ -1163,7 +1165,8 @@ impl Validated {
             &self.raw.server.tls_key_file,
         ) {
             self.tls = Some(
-                crate::http::tls::server_config(cert, key).map_err(|e| ConfigError::Invalid(vec![e]))?,
+                crate::config::tls::server_config(cert, key)
+                    .map_err(|e| ConfigError::Invalid(vec![e]))?,
             );
         }
         Ok(self)
@@ -1398,6 +1401,14 @@ impl From<Config> for EmbeddedToml {
             )]),
         }
     }
+}
+
+/// What to do when the spool is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpoolFull {
+    DropNewest,
+    DropOldest,
 }
 
 #[cfg(test)]

@@ -5,7 +5,6 @@
 //! save it with compare-and-set, append an audit entry, apply it to this instance. Other instances
 //! notice the new generation within `[admin] poll_ms` and apply it too ([`Control::poll`]).
 
-pub mod auth;
 pub mod store;
 
 use std::collections::{BTreeMap, HashMap};
@@ -17,11 +16,21 @@ use rampart_core::rollout::{
 use rampart_core::rules::{RuleSet, Source};
 use serde::{Deserialize, Serialize};
 
-use crate::error::ApiError;
+use crate::auth::{Identities, Principal, Role, Sessions, Throttle};
 use crate::clock::now_ms;
-use crate::runtime::Runtime;
-use auth::{Identities, Principal, Role, Sessions, Throttle};
+use crate::error::ApiError;
 use store::ControlStore;
+
+/// What the control plane acts on: the live engine, the rule helpers' state, the metrics and the
+/// configuration. The runtime lends it ([`crate::runtime::Runtime::host`]), so the control plane
+/// never names the runtime that owns it.
+#[derive(Clone, Copy)]
+pub struct Host<'a> {
+    pub engine: &'a rampart_core::Engine,
+    pub metrics: &'a crate::metrics::Metrics,
+    pub rule_state: &'a rampart_core::rules::RuleState,
+    pub config: &'a crate::config::Validated,
+}
 
 /// A rule set version's metadata.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -253,7 +262,7 @@ impl Control {
     }
 
     /// The rule set of a stored version, compiled against the engine's state (cached).
-    pub fn compiled(&self, rt: &Runtime, version: &str) -> Result<Arc<RuleSet>, ApiError> {
+    pub fn compiled(&self, rt: &Host<'_>, version: &str) -> Result<Arc<RuleSet>, ApiError> {
         if let Some(s) = self.lock_compiled().get(version) {
             return Ok(s.clone());
         }
@@ -334,7 +343,7 @@ impl Control {
     /// detail).
     pub fn mutate<T>(
         &self,
-        rt: &Runtime,
+        rt: &Host<'_>,
         who: &Principal,
         f: impl Fn(&mut ControlState) -> Result<(Audit, T), ApiError>,
     ) -> Result<T, ApiError> {
@@ -366,7 +375,7 @@ impl Control {
     }
 
     /// Makes this instance run what `state` says.
-    pub fn apply(&self, rt: &Runtime, state: &ControlState) -> Result<(), ApiError> {
+    pub fn apply(&self, rt: &Host<'_>, state: &ControlState) -> Result<(), ApiError> {
         if let Some(v) = &state.stable {
             if rt.engine.rules().snapshot().version() != v {
                 let set = self.compiled(rt, v)?;
@@ -419,7 +428,7 @@ impl Control {
     }
 
     /// Picks up changes made elsewhere, expires list entries, and rolls back a failing canary.
-    pub fn poll(&self, rt: &Runtime) {
+    pub fn poll(&self, rt: &Host<'_>) {
         let generation = match self.store.generation() {
             Ok(g) => g,
             Err(e) => {
@@ -493,7 +502,7 @@ impl Control {
     /// new.
     pub fn upload(
         &self,
-        rt: &Runtime,
+        rt: &Host<'_>,
         who: &Principal,
         sources: &[Source],
         message: &str,
@@ -555,7 +564,7 @@ impl Control {
     /// the last import (`always_when_changed`), or when nothing is stable yet.
     pub fn import(
         &self,
-        rt: &Runtime,
+        rt: &Host<'_>,
         sources: &[Source],
         source: &str,
         always_when_changed: bool,
@@ -618,7 +627,7 @@ impl Control {
     /// Starts a candidate in shadow or canary.
     pub fn stage(
         &self,
-        rt: &Runtime,
+        rt: &Host<'_>,
         who: &Principal,
         req: StageRequest,
     ) -> Result<ControlState, ApiError> {
@@ -698,7 +707,7 @@ impl Control {
 
     /// Without dev mode, an uploaded version goes live only if a trusted key signed it (versions
     /// uploaded while `allow_unsigned_uploads` was on stay unstageable after it is turned off).
-    fn require_signed(&self, rt: &Runtime, doc: &VersionDoc) -> Result<(), ApiError> {
+    fn require_signed(&self, rt: &Host<'_>, doc: &VersionDoc) -> Result<(), ApiError> {
         let m = &doc.meta;
         if !rt.config.raw.admin.allow_unsigned_uploads
             && m.source == "upload"
@@ -727,7 +736,7 @@ impl Control {
     /// Promotes the candidate to stable: by an approver who is not the version's author.
     pub fn approve(
         &self,
-        rt: &Runtime,
+        rt: &Host<'_>,
         who: &Principal,
         version: &str,
     ) -> Result<ControlState, ApiError> {
@@ -791,7 +800,7 @@ impl Control {
     /// Ends the candidate's rollout (everyone back on stable).
     pub fn rollback(
         &self,
-        rt: &Runtime,
+        rt: &Host<'_>,
         who: &Principal,
         reason: &str,
     ) -> Result<ControlState, ApiError> {
@@ -828,7 +837,7 @@ impl Control {
     /// Makes a version that was stable before the stable one again, at once.
     pub fn activate(
         &self,
-        rt: &Runtime,
+        rt: &Host<'_>,
         who: &Principal,
         version: &str,
     ) -> Result<ControlState, ApiError> {
@@ -876,7 +885,7 @@ impl Control {
     /// Adds a block or allow list entry.
     pub fn add_list_entry(
         &self,
-        rt: &Runtime,
+        rt: &Host<'_>,
         who: &Principal,
         e: NewListEntry,
     ) -> Result<ListEntry, ApiError> {
@@ -950,7 +959,7 @@ impl Control {
 
     pub fn remove_list_entry(
         &self,
-        rt: &Runtime,
+        rt: &Host<'_>,
         who: &Principal,
         id: u64,
     ) -> Result<(), ApiError> {

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::SpoolFull;
 use crate::declog::DecisionRecord;
 use crate::metrics::Metrics;
 
@@ -57,14 +58,6 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
 ];
 
 pub const TABLE: &str = "rampart_decisions";
-
-/// What to do when the spool is full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SpoolFull {
-    DropNewest,
-    DropOldest,
-}
 
 #[derive(Debug, Clone)]
 pub struct ChSettings {

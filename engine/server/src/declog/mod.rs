@@ -189,7 +189,10 @@ impl DecisionLog {
                         ),
                     }
                 }
-                Some(crate::declog::clickhouse::ChSink::open(settings, metrics.clone())?)
+                Some(crate::declog::clickhouse::ChSink::open(
+                    settings,
+                    metrics.clone(),
+                )?)
             }
         };
         let (tx, rx) = sync_channel(cfg.queue_size);
@@ -382,7 +385,11 @@ impl Writer {
             return;
         }
         if let Some(ch) = self.ch.as_mut() {
-            ch.push(batch.iter().map(crate::declog::clickhouse::ChRow::from_record));
+            ch.push(
+                batch
+                    .iter()
+                    .map(crate::declog::clickhouse::ChRow::from_record),
+            );
             self.remember(batch);
             return;
         }

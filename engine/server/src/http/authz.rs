@@ -1,13 +1,13 @@
 //! `/v1/authz`: forward-auth for nginx `auth_request`, Envoy ext_authz (HTTP) and Traefik
 //! ForwardAuth; the proxy's headers become a decide request.
 
-use std::time::Instant;
+use super::decide::judge;
+use crate::error::ApiError;
+use crate::runtime::Runtime;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use rampart_core::DecideRequest;
-use crate::runtime::Runtime;
-use crate::error::ApiError;
-use super::decide::judge;
+use std::time::Instant;
 
 /// The decide request a forward-auth call describes (`rampart_core::forward`).
 pub(super) fn authz_request(req: &HttpRequest) -> Result<DecideRequest, ApiError> {

@@ -1,10 +1,10 @@
 //! Request bodies and headers within their limits: the body read with its size bound, the header
 //! block's size checked before a handler runs.
 
+use crate::error::ApiError;
+use crate::runtime::Runtime;
 use actix_web::{web, HttpRequest, ResponseError};
 use futures_core::Stream as _;
-use crate::runtime::Runtime;
-use crate::error::ApiError;
 
 pub(crate) async fn read_body(
     rt: &Runtime,

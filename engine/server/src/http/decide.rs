@@ -2,15 +2,15 @@
 //! the record the decision log keeps of it.
 
 use super::body::read_body;
-use std::time::Instant;
+use crate::clock::now_ms;
+use crate::declog::{DecisionRecord, RecordedJson};
+use crate::error::{json_error, ApiError};
+use crate::runtime::Runtime;
 use actix_web::{web, HttpRequest, HttpResponse};
 use rampart_core::model::{Reason, ShadowHit};
 use rampart_core::{Action, Code, DecideRequest, Verdict};
 use serde::{Deserialize, Serialize};
-use crate::clock::now_ms;
-use crate::declog::{DecisionRecord, RecordedJson};
-use crate::runtime::Runtime;
-use crate::error::{ApiError, json_error};
+use std::time::Instant;
 
 /// The answer of `/v1/decide`.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -41,7 +41,11 @@ pub struct RulesetRef {
 
 /// Judges one parsed request, records metrics and the decision log row (which takes the request's
 /// strings: it is not needed afterwards).
-pub(super) fn judge(rt: &Runtime, req: DecideRequest, started: Instant) -> Result<DecisionOut, ApiError> {
+pub(super) fn judge(
+    rt: &Runtime,
+    req: DecideRequest,
+    started: Instant,
+) -> Result<DecisionOut, ApiError> {
     let now = now_ms();
     let (verdict, req) = rt.engine.decide_owned(req, now);
     let mut verdict: Verdict = verdict.inspect_err(|e| rt.metrics.api_error(e.code()))?;

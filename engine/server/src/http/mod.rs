@@ -6,28 +6,24 @@
 
 pub mod openapi;
 pub mod reqid;
-pub mod tls;
-
 
 use actix_web::web;
 
-
+mod authz;
 mod body;
 mod decide;
-mod authz;
-mod outcome;
 mod ops;
-
+mod outcome;
 
 use crate::error::method_not_allowed;
 use authz::authz;
-use decide::{decide, decide_batch};
-use ops::{healthz, metrics, openapi, readyz, time};
-use outcome::outcome;
 pub use body::header_limit;
 pub(crate) use body::read_body;
+use decide::{decide, decide_batch};
 pub use decide::{DecisionOut, RulesetRef};
 pub(crate) use ops::query_endpoint;
+use ops::{healthz, metrics, openapi, readyz, time};
+use outcome::outcome;
 pub(crate) use outcome::Outcome;
 
 fn get_only(path: &str, route: actix_web::Route) -> actix_web::Resource {

@@ -15,8 +15,8 @@ use rampart_core::{Action, Code};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 
-use crate::http::{DecisionOut, Outcome, RulesetRef};
 use crate::control::{NewListEntry, StageRequest};
+use crate::http::{DecisionOut, Outcome, RulesetRef};
 
 /// An error of the call itself.
 #[derive(ToSchema)]
@@ -621,7 +621,7 @@ impl Modify for Security {
         c.add_security_scheme(
             "session",
             SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::with_description(
-                crate::admin::SESSION_COOKIE,
+                crate::auth::SESSION_COOKIE,
                 "From POST /admin/v1/login; state-changing calls also send x-csrf-token",
             ))),
         );

@@ -1,10 +1,10 @@
 //! Operational endpoints: `/v1/time`, `/healthz`, `/readyz`, `/metrics`, `/openapi.json`, and the
 //! query endpoint behind the admin API's decision explorer and stats.
 
-use actix_web::{web, HttpRequest, HttpResponse};
 use crate::clock::now_ms;
-use crate::runtime::Runtime;
 use crate::error::ApiError;
+use crate::runtime::Runtime;
+use actix_web::{web, HttpRequest, HttpResponse};
 
 pub(super) async fn time() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({ "server_time_ms": now_ms() }))
@@ -73,7 +73,9 @@ pub(crate) async fn query_endpoint(
     };
     match answer {
         Ok(v) => Ok(HttpResponse::Ok().json(v)),
-        Err(crate::declog::query::QueryError::Invalid(m)) => Err(ApiError::new(400, "INVALID_QUERY", m)),
+        Err(crate::declog::query::QueryError::Invalid(m)) => {
+            Err(ApiError::new(400, "INVALID_QUERY", m))
+        }
         Err(e @ crate::declog::query::QueryError::Unavailable(_)) => {
             Err(ApiError::new(503, "LOG_UNAVAILABLE", e.to_string()))
         }

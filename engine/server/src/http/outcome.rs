@@ -1,11 +1,11 @@
 //! `POST /v1/outcome`: what the upstream answered, fed to the circuit breakers.
 
 use super::body::read_body;
+use crate::clock::now_ms;
+use crate::error::{json_error, ApiError};
+use crate::runtime::Runtime;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
-use crate::clock::now_ms;
-use crate::runtime::Runtime;
-use crate::error::{ApiError, json_error};
 
 /// What the downstream service did with an allowed request (`POST /v1/outcome`).
 #[derive(Deserialize, utoipa::ToSchema)]

@@ -3,6 +3,7 @@
 
 pub mod logging;
 pub mod peers;
+pub mod samples;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -162,6 +163,18 @@ pub fn load_rules(cfg: &Validated, state: &RuleState) -> Result<RuleSet, StartEr
 }
 
 impl Runtime {
+    /// The parts of the runtime the control plane acts on.
+    pub fn host(&self) -> crate::control::Host<'_> {
+        crate::control::Host {
+            engine: &self.engine,
+            metrics: &self.metrics,
+            rule_state: &self.rule_state,
+            config: &self.config,
+        }
+    }
+}
+
+impl Runtime {
     /// Builds the stores and the decision path from a validated configuration.
     pub fn build(cfg: Validated) -> Result<Arc<Runtime>, StartError> {
         rampart_core::waf::warm_up();
@@ -303,7 +316,9 @@ impl Runtime {
         let r = &self.config.raw.rules;
         let imported = match (&r.dir, r.defaults) {
             (Some(dir), _) => match rampart_files::read_sources(dir) {
-                Ok(sources) => self.control.import(self, &sources, "rules-dir", true),
+                Ok(sources) => self
+                    .control
+                    .import(&self.host(), &sources, "rules-dir", true),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the rule directory");
                     Ok(())
@@ -311,9 +326,9 @@ impl Runtime {
             },
             (None, true) => self
                 .control
-                .import(self, &default_rules(), "built-in", false),
+                .import(&self.host(), &default_rules(), "built-in", false),
             (None, false) => match self.control.store.load() {
-                Ok(s) => self.control.apply(self, &s),
+                Ok(s) => self.control.apply(&self.host(), &s),
                 Err(e) => Err(crate::error::ApiError::new(
                     503,
                     "CONTROL_UNAVAILABLE",
@@ -335,7 +350,10 @@ impl Runtime {
         if sig != last {
             match rampart_files::read_sources(dir) {
                 Ok(sources) => {
-                    if let Err(e) = self.control.import(self, &sources, "rules-dir", true) {
+                    if let Err(e) = self
+                        .control
+                        .import(&self.host(), &sources, "rules-dir", true)
+                    {
                         tracing::warn!(error = %e.message, code = e.code, "rule directory change not applied; the live set is unchanged");
                     }
                 }
@@ -384,7 +402,7 @@ impl Runtime {
                         last_stats = std::time::Instant::now();
                     }
                     if last_poll.elapsed() >= poll_every {
-                        rt.control.poll(&rt);
+                        rt.control.poll(&rt.host());
                         last_poll = std::time::Instant::now();
                     }
                     if watch && last_reload.elapsed() >= reload_every {
@@ -511,7 +529,7 @@ fn random_key() -> Vec<u8> {
 /// `<state_dir>/initial-admin-password` (owner-only) and kept there across restarts.
 fn bootstrap_admin(
     dir: &std::path::Path,
-) -> Result<(crate::control::auth::User, std::path::PathBuf), String> {
+) -> Result<(crate::auth::User, std::path::PathBuf), String> {
     let file = dir.join("initial-admin-password");
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let password = match std::fs::read_to_string(&file) {
@@ -525,11 +543,11 @@ fn bootstrap_admin(
             p
         }
     };
-    let password_hash = crate::control::auth::hash_password(&password)?;
+    let password_hash = crate::auth::hash_password(&password)?;
     Ok((
-        crate::control::auth::User {
+        crate::auth::User {
             name: "admin".into(),
-            role: crate::control::auth::Role::Admin,
+            role: crate::auth::Role::Admin,
             password_hash,
         },
         file,

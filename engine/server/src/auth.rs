@@ -358,3 +358,6 @@ mod tests {
         assert!(t.check("u", 10).is_ok());
     }
 }
+
+/// The session cookie's name.
+pub const SESSION_COOKIE: &str = "rampart_session";
