@@ -292,6 +292,9 @@ pub fn valid_user_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-_@+".contains(&b))
 }
 
+/// The session cookie's name.
+pub const SESSION_COOKIE: &str = "rampart_session";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,6 +361,3 @@ mod tests {
         assert!(t.check("u", 10).is_ok());
     }
 }
-
-/// The session cookie's name.
-pub const SESSION_COOKIE: &str = "rampart_session";

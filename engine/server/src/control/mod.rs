@@ -274,7 +274,7 @@ impl Control {
         let set = RuleSet::compile(
             &doc.sources(),
             rt.config.raw.rules.settings(),
-            &rt.rule_state,
+            rt.rule_state,
         )
         .map_err(|errs| {
             ApiError::new(
@@ -509,7 +509,7 @@ impl Control {
         source: &str,
         provenance: Provenance,
     ) -> Result<(VersionMeta, bool), ApiError> {
-        let set = RuleSet::compile(sources, rt.config.raw.rules.settings(), &rt.rule_state)
+        let set = RuleSet::compile(sources, rt.config.raw.rules.settings(), rt.rule_state)
             .map_err(|errors| {
                 rt.metrics.ruleset_rejected.inc();
                 ApiError::new(
