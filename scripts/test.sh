@@ -56,6 +56,9 @@ step "console (admin-ui: Yew → wasm with trunk; skipped when unchanged)"
 step "format"
 cargo fmt --all -- --check
 
+step "module layering (no import cycles in rampart-core or rampart)"
+python3 scripts/modcycles.py engine/core engine/server
+
 step "lint"
 cargo clippy --workspace --all-targets --locked --release -- -D warnings
 (cd admin-ui && cargo fmt -- --check && cargo clippy --locked --release --target wasm32-unknown-unknown -- -D warnings)
