@@ -11,7 +11,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand, ValueEnum};
 use rampart_core::replay::sign::{sign, ToSign};
 
-use crate::config::{Config, NonceMode, Validated};
+use crate::config::{Config, Validated};
 use crate::runtime::Runtime;
 
 #[derive(Parser)]
@@ -326,7 +326,7 @@ fn check(config: Option<PathBuf>) -> ExitCode {
     for w in v.warnings() {
         println!("warning: {w}");
     }
-    println!("{}", sizing_report(&v));
+    println!("{}", v.sizing_report());
     let mut state = rampart_core::rules::RuleState::local(v.raw.rules.max_limiter_keys);
     state.reputation.window_ms = v.raw.rules.reputation_window_ms;
     match crate::runtime::load_rules(&v, &state) {
@@ -351,48 +351,6 @@ fn check(config: Option<PathBuf>) -> ExitCode {
             eprintln!("rampart check: {e}");
             ExitCode::from(2)
         }
-    }
-}
-
-/// What the nonce store will cost, for `rampart check`.
-pub fn sizing_report(v: &Validated) -> String {
-    let st = &v.raw.state;
-    let f = &v.filter;
-    let live = st.expected_rps as f64 * v.retention_ms as f64 / 1000.0;
-    // A Redis key per nonce (SET NX PX): ~100+ bytes each with key, value, expiry and dict overhead.
-    let redis_bytes = live * 100.0;
-    let mib = |b: f64| b / (1024.0 * 1024.0);
-    match st.nonce_mode {
-        NonceMode::Bloom => {
-            let d = f.design();
-            format!(
-                "nonce store: bloom, sized for {} requests/s, retention {} ms, slices of {} ms ({} slices)\n  \
-                 memory: {:.1} MiB\n  \
-                 bits per entry: {:.2} at design load (k = {}), {:.2} per live nonce including slice overhead\n  \
-                 expected false-positive rate: {:.2e} (target {:.0e})\n  \
-                 for comparison, one Redis key per nonce (SET NX PX, ~100 B): {:.0} keys ≈ {:.0} MiB",
-                st.expected_rps,
-                v.retention_ms,
-                f.slice_ms,
-                f.slots(),
-                mib(f.memory_bytes() as f64),
-                d.bits_per_entry,
-                d.k,
-                f.effective_bits_per_entry(),
-                d.expected_fp,
-                st.target_fp,
-                live,
-                mib(redis_bytes),
-            )
-        }
-        NonceMode::Exact => format!(
-            "nonce store: exact (no false positives), retention {} ms, at most {} entries\n  \
-             memory at {} requests/s: ~{:.0} MiB (grows with live nonces)",
-            v.retention_ms,
-            st.exact_max_entries,
-            st.expected_rps,
-            mib(live * 96.0)
-        ),
     }
 }
 

@@ -1,0 +1,117 @@
+//! `[server]`: the listening address, HTTP limits and timeouts, the challenge status, TLS files.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: String,
+    /// HTTP worker threads; 0 = one per core.
+    pub workers: usize,
+    pub max_body_bytes: usize,
+    pub max_batch_body_bytes: usize,
+    pub max_batch_items: usize,
+    /// Largest total of request header names and values (each plus 4 bytes for `: ` and CRLF).
+    pub max_header_bytes: usize,
+    /// Open connections per worker; more wait in the accept queue.
+    pub max_connections: usize,
+    /// New TLS-free connections accepted per worker at once (actix-web's handshake limit).
+    pub max_connection_rate: usize,
+    /// Time a client has to send a whole request head; slower → 408 and the connection closed.
+    pub client_request_timeout_ms: u64,
+    /// Time to finish closing a connection after the response; then it is dropped.
+    pub client_disconnect_timeout_ms: u64,
+    /// Idle keep-alive time of a connection between requests; 0 = no keep-alive.
+    pub keep_alive_ms: u64,
+    pub challenge_status: u16,
+    /// Name of this instance in the decision log; empty = host name.
+    pub instance: String,
+    /// PEM certificate chain; with `tls_key_file`, the server speaks HTTPS only.
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of the certificate.
+    pub tls_key_file: Option<PathBuf>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:8080".into(),
+            workers: 0,
+            max_body_bytes: 64 * 1024,
+            max_batch_body_bytes: 1024 * 1024,
+            max_batch_items: 100,
+            max_header_bytes: 16 * 1024,
+            max_connections: 25_000,
+            max_connection_rate: 256,
+            client_request_timeout_ms: 5_000,
+            client_disconnect_timeout_ms: 1_000,
+            keep_alive_ms: 5_000,
+            challenge_status: 401,
+            instance: String::new(),
+            tls_cert_file: None,
+            tls_key_file: None,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Checks `[server]` (all but the TLS pair, see [`ServerConfig::check_tls_pair`]); every
+    /// problem goes into `errs`. Returns the listening address when it parses.
+    pub(super) fn check(&self, errs: &mut Vec<String>) -> Option<SocketAddr> {
+        let listen = match self.listen.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                errs.push(format!(
+                    "server.listen {:?} is not an address like 127.0.0.1:8080",
+                    self.listen
+                ));
+                None
+            }
+        };
+        if self.max_body_bytes < 256 {
+            errs.push("server.max_body_bytes must be at least 256".into());
+        }
+        if self.max_batch_body_bytes < self.max_body_bytes {
+            errs.push("server.max_batch_body_bytes must be ≥ server.max_body_bytes".into());
+        }
+        if !(1024..=65_536).contains(&self.max_header_bytes) {
+            errs.push("server.max_header_bytes must be 1024–65536".into());
+        }
+        if self.max_connections == 0 || self.max_connection_rate == 0 {
+            errs.push("server.max_connections and server.max_connection_rate must be ≥ 1".into());
+        }
+        // actix-http measures these against a clock it refreshes every 500 ms: below a second
+        // a deadline can already have passed when the head arrives.
+        if !(1_000..=60_000).contains(&self.client_request_timeout_ms) {
+            errs.push("server.client_request_timeout_ms must be 1000–60000".into());
+        }
+        if self.client_disconnect_timeout_ms > 60_000 {
+            errs.push("server.client_disconnect_timeout_ms must be ≤ 60000".into());
+        }
+        if self.keep_alive_ms > 600_000 {
+            errs.push("server.keep_alive_ms must be ≤ 600000".into());
+        }
+        if self.max_batch_items == 0 {
+            errs.push("server.max_batch_items must be at least 1".into());
+        }
+        if ![401, 403].contains(&self.challenge_status) {
+            errs.push("server.challenge_status must be 401 or 403".into());
+        }
+        listen
+    }
+
+    /// The TLS files go together. Checked after every other section, so the problems keep the
+    /// order `rampart check` has always printed them in.
+    pub(super) fn check_tls_pair(&self, errs: &mut Vec<String>) {
+        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
+            errs.push(
+                "server.tls_cert_file and server.tls_key_file go together: set both for HTTPS, \
+                 or neither"
+                    .into(),
+            );
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! What a validated configuration says about itself: the warnings `rampart check` and `rampart
+//! serve` print, the nonce store's sizing `rampart check` prints, and the settings view of the
+//! console (no secret in any of them).
+
+use rampart_core::policy::FailPolicy;
+
+use super::state::{Backend, NonceMode};
+use super::Validated;
+
+/// A window wider than this draws a warning from `rampart check` and `rampart serve`.
+pub const WIDE_WINDOW_MS: i64 = 60_000;
+
+impl Validated {
+    /// What is allowed but probably a mistake: apps whose time window is wider than
+    /// [`WIDE_WINDOW_MS`] (a captured request can be replayed that long wherever dedup is weak, and
+    /// nonce retention grows with it), with the fix.
+    pub fn warnings(&self) -> Vec<String> {
+        self.apps
+            .iter()
+            .filter(|(_, _, w)| *w > WIDE_WINDOW_MS)
+            .map(|(id, _, w)| {
+                format!(
+                    "app {id:?}: window_ms = {w} is wider than {} s; a captured request stays \
+                     valid that long. Narrow the app's window, or give its sensitive routes a \
+                     narrower one with [[routes]] window_ms",
+                    WIDE_WINDOW_MS / 1000
+                )
+            })
+            .collect()
+    }
+
+    /// The running configuration as the console's settings page shows it: every value that shapes
+    /// decisions, and no secret (app secrets, password hashes, token hashes, ClickHouse password
+    /// and credentials inside URLs are left out or cut).
+    pub fn settings_view(&self) -> serde_json::Value {
+        use rampart_core::redact::strip_credentials;
+        use serde_json::json;
+        let c = &self.raw;
+        let fp = |p: FailPolicy| match p {
+            FailPolicy::Deny => "deny",
+            FailPolicy::Allow => "allow",
+        };
+        let pol = c.state.policies();
+        let (backend, mode) = (
+            match c.state.backend {
+                Backend::Local => "local",
+                Backend::Redis => "redis",
+            },
+            match c.state.nonce_mode {
+                NonceMode::Bloom => "bloom",
+                NonceMode::Exact => "exact",
+            },
+        );
+        let rs = c.rules.settings();
+        json!({
+            "apps": self.apps.iter().map(|(id, _, w)| json!({"id": id, "window_ms": w})).collect::<Vec<_>>(),
+            "fingerprint": {"window_ms": c.fingerprint.window_ms, "methods": c.fingerprint.methods,
+                            "volatile_fields": c.fingerprint.volatile_fields},
+            "routes": c.routes.iter().map(|r| json!({
+                "app": r.app, "path": r.path, "window_ms": r.window_ms, "dedup_window_ms": r.dedup_window_ms,
+                "methods": r.methods, "volatile_fields": r.volatile_fields,
+            })).collect::<Vec<_>>(),
+            "state": {
+                "backend": backend, "nonce_mode": mode,
+                "redis": (c.state.backend == Backend::Redis).then(|| json!({
+                    "url": strip_credentials(&c.state.redis_url),
+                    "cluster_nodes": c.state.redis_cluster_nodes.iter().map(|n| strip_credentials(n)).collect::<Vec<_>>(),
+                    "prefix": c.state.redis_prefix,
+                    "timeout_ms": c.state.redis_timeout_ms,
+                    "local_fallback": c.state.local_fallback,
+                    "peer_check_ms": c.state.peer_check_ms,
+                })),
+                "nonce_retention_ms": self.retention_ms,
+                "expected_rps": c.state.expected_rps,
+                "target_fp": c.state.target_fp,
+                "on_store_error": {
+                    "nonce": fp(pol.nonce), "fingerprint": fp(pol.fingerprint),
+                    "limits": fp(pol.limits), "counters": fp(pol.counters),
+                    "distinct": fp(pol.distinct), "quotas": fp(pol.quotas),
+                    "reputation": fp(pol.reputation),
+                },
+            },
+            "rules": {
+                "dir": c.rules.dir, "defaults": c.rules.defaults, "reload": c.rules.reload,
+                "on_error": {"edge": fp(rs.on_error[0]), "gateway": fp(rs.on_error[1]),
+                             "business": fp(rs.on_error[2])},
+                "challenge_score": rs.challenge_score, "review_score": rs.review_score,
+                "deny_score": rs.deny_score,
+            },
+            "decision_log": {
+                "clickhouse_url": c.decision_log.clickhouse_url.as_deref().map(strip_credentials),
+                "clickhouse_database": c.decision_log.clickhouse_database,
+                "dir": c.decision_log.dir, "record_request": c.decision_log.record_request,
+            },
+            "server": {
+                "max_body_bytes": c.server.max_body_bytes,
+                "max_batch_items": c.server.max_batch_items,
+                "max_header_bytes": c.server.max_header_bytes,
+                "max_connections": c.server.max_connections,
+                "client_request_timeout_ms": c.server.client_request_timeout_ms,
+                "challenge_status": c.server.challenge_status,
+                "instance": c.server.instance,
+                "tls": self.tls.is_some(),
+                "tls_cert_file": c.server.tls_cert_file,
+            },
+            "admin": {
+                "users": c.admin.users.iter().map(|u| json!({"name": u.name, "role": u.role})).collect::<Vec<_>>(),
+                "tokens": c.admin.tokens.iter().map(|t| json!({"name": t.name, "role": t.role})).collect::<Vec<_>>(),
+                "bundle_keys": c.admin.bundle_keys.iter().map(|k| json!({"name": k.name, "public_key": k.public_key})).collect::<Vec<_>>(),
+                "allow_unsigned_uploads": c.admin.allow_unsigned_uploads,
+                "session_ttl_ms": c.admin.session_ttl_ms,
+                "canary_min_samples": c.admin.canary_min_samples,
+                "canary_max_refusal_increase": c.admin.canary_max_refusal_increase,
+                "canary_max_error_increase": c.admin.canary_max_error_increase,
+            },
+        })
+    }
+
+    /// What the nonce store will cost, for `rampart check`.
+    pub fn sizing_report(&self) -> String {
+        let v = self;
+        let st = &v.raw.state;
+        let f = &v.filter;
+        let live = st.expected_rps as f64 * v.retention_ms as f64 / 1000.0;
+        // A Redis key per nonce (SET NX PX): ~100+ bytes each with key, value, expiry and dict overhead.
+        let redis_bytes = live * 100.0;
+        let mib = |b: f64| b / (1024.0 * 1024.0);
+        match st.nonce_mode {
+            NonceMode::Bloom => {
+                let d = f.design();
+                format!(
+                    "nonce store: bloom, sized for {} requests/s, retention {} ms, slices of {} ms ({} slices)\n  \
+                     memory: {:.1} MiB\n  \
+                     bits per entry: {:.2} at design load (k = {}), {:.2} per live nonce including slice overhead\n  \
+                     expected false-positive rate: {:.2e} (target {:.0e})\n  \
+                     for comparison, one Redis key per nonce (SET NX PX, ~100 B): {:.0} keys ≈ {:.0} MiB",
+                    st.expected_rps,
+                    v.retention_ms,
+                    f.slice_ms,
+                    f.slots(),
+                    mib(f.memory_bytes() as f64),
+                    d.bits_per_entry,
+                    d.k,
+                    f.effective_bits_per_entry(),
+                    d.expected_fp,
+                    st.target_fp,
+                    live,
+                    mib(redis_bytes),
+                )
+            }
+            NonceMode::Exact => format!(
+                "nonce store: exact (no false positives), retention {} ms, at most {} entries\n  \
+                 memory at {} requests/s: ~{:.0} MiB (grows with live nonces)",
+                v.retention_ms,
+                st.exact_max_entries,
+                st.expected_rps,
+                mib(live * 96.0)
+            ),
+        }
+    }
+}
