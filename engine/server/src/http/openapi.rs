@@ -3,8 +3,8 @@
 //! to a type shows up here without anyone editing a spec.
 //!
 //! The operations are declared below, one item per route, next to nothing else so the handlers stay
-//! plain actix functions. A test (`tests/openapi.rs`) reads the route registrations in `api.rs` and
-//! `admin.rs` and fails when a route is missing here or an operation here is not served, so the
+//! plain actix functions. A test (`tests/api.rs`) reads the route registrations in `http/mod.rs` and
+//! `admin/mod.rs` and fails when a route is missing here or an operation here is not served, so the
 //! document cannot drift from the router.
 
 #![allow(dead_code)] // The items exist for their generated `__path_*` descriptions.
