@@ -1,0 +1,332 @@
+//! The anti-replay steps of the decision path, in order: signature, time window, nonce
+//! de-duplication, duplicate-submission fingerprint. Each either goes on (`Continue`) with what
+//! the next step needs, or ends the decision (`Break`) with its verdict.
+
+use std::ops::ControlFlow::{self, Break, Continue};
+
+use crate::model::{Action, Code, DecideRequest, Reason, Step, Verdict};
+use crate::policy::{AppPolicy, FailPolicy};
+use crate::replay::canonical::{canonical_query, SignedFields};
+use crate::replay::fingerprint::{canonical_json, fingerprint, Submission};
+use crate::replay::nonce::{validate_nonce, NonceVerdict};
+use crate::rules::DecisionContext;
+
+use super::Engine;
+
+impl Engine {
+    /// Step 2, signature: the three anti-replay headers are there and the signature over the
+    /// canonical string verifies. Goes on with the raw `x-timestamp` and the nonce.
+    #[inline]
+    pub(super) fn check_signature<'r>(
+        &self,
+        ctx: &DecisionContext<'r>,
+        body_hash: &str,
+    ) -> ControlFlow<Verdict, (&'r str, &'r str)> {
+        let app = ctx.app;
+        let r = &ctx.request.request;
+        let (ts_raw, nonce, sig) = match (
+            r.header("x-timestamp"),
+            r.header("x-nonce"),
+            r.header("x-signature"),
+        ) {
+            (Some(t), Some(n), Some(s)) => (t, n, s),
+            (t, n, s) => {
+                let missing: Vec<&str> = [("x-timestamp", t), ("x-nonce", n), ("x-signature", s)]
+                    .into_iter()
+                    .filter(|(_, v)| v.is_none())
+                    .map(|(k, _)| k)
+                    .collect();
+                return Break(Verdict::reject(
+                    Step::Signature,
+                    Action::Deny,
+                    Code::SignatureMissing,
+                    "signature",
+                    Reason::new(format!(
+                        "missing anti-replay header(s): {}",
+                        missing.join(", ")
+                    )),
+                ));
+            }
+        };
+        // Warm the nonce filter's cache line now: the HMAC below takes long enough to hide the miss.
+        self.prefetch_nonce(app, ts_raw, nonce);
+        let fields = SignedFields {
+            app: &app.id,
+            method: &r.method,
+            path: &r.path,
+            query: &r.query,
+            timestamp: ts_raw,
+            nonce,
+            body_sha256: body_hash,
+        };
+        if let Err(e) = app.signer.verify(&fields, sig) {
+            return Break(Verdict::reject(
+                Step::Signature,
+                Action::Deny,
+                Code::SignatureInvalid,
+                "signature",
+                Reason::new(e.to_string()),
+            ));
+        }
+        Continue((ts_raw, nonce))
+    }
+
+    /// Best-effort cache warm-up for the nonce step (no state is read or written).
+    fn prefetch_nonce(&self, app: &AppPolicy, ts_raw: &str, nonce: &str) {
+        if let Some(ts) = parse_timestamp(ts_raw) {
+            self.nonces.prefetch(&app.id, nonce, ts);
+        }
+    }
+
+    /// Step 3, time window: the timestamp is within the app's window, narrowed by every matching
+    /// route. Goes on with the timestamp and its skew from server time.
+    #[inline]
+    pub(super) fn check_window(
+        &self,
+        ctx: &DecisionContext<'_>,
+        ts_raw: &str,
+    ) -> ControlFlow<Verdict, (i64, i64)> {
+        let (app, now_ms) = (ctx.app, ctx.now_ms);
+        let r = &ctx.request.request;
+        let ts = match parse_timestamp(ts_raw) {
+            Some(ts) => ts,
+            None => {
+                let mut v = Verdict::reject(
+                    Step::Window,
+                    Action::Deny,
+                    Code::TimestampSkew,
+                    "window",
+                    Reason {
+                        message: "x-timestamp is not a Unix time in milliseconds".into(),
+                        server_time_ms: Some(now_ms),
+                        skew_ms: None,
+                    },
+                );
+                v.server_time_ms = Some(now_ms);
+                return Break(v);
+            }
+        };
+        // Routes (the path is signed, so an attacker cannot pick one) may narrow the app's window.
+        // Every matching route counts, not only the first: a broad entry listed before a
+        // sensitive one (for its dedup settings) must not hide the sensitive route's window.
+        let window_ms = self
+            .routes
+            .iter()
+            .filter(|rt| rt.window_ms.is_some() && rt.matches(&app.id, &r.path))
+            .filter_map(|rt| rt.window_ms)
+            .fold(app.window_ms, i64::min);
+        let skew = ts.saturating_sub(now_ms);
+        if skew.unsigned_abs() > window_ms.unsigned_abs() {
+            return Break(skew_verdict(now_ms, skew, window_ms));
+        }
+        Continue((ts, skew))
+    }
+
+    /// Step 4, nonce: the nonce is new for the app (the first write to shared state), with the
+    /// fallback store consulted as configured. Goes on with whether the answer is degraded (a
+    /// failed store was let through by its policy, or the fallback answered).
+    #[inline]
+    pub(super) fn check_nonce(
+        &self,
+        ctx: &DecisionContext<'_>,
+        nonce: &str,
+        ts: i64,
+        skew: i64,
+    ) -> ControlFlow<Verdict, bool> {
+        let (app, now_ms) = (ctx.app, ctx.now_ms);
+        if let Err(msg) = validate_nonce(nonce) {
+            return Break(Verdict::reject(
+                Step::Nonce,
+                Action::Deny,
+                Code::NonceInvalid,
+                "nonce",
+                Reason::new(msg),
+            ));
+        }
+        let mut degraded = false;
+        let mut seen = self
+            .nonces
+            .check_and_insert(&app.id, nonce, ts, app.window_ms, now_ms);
+        if let Some(fb) = &self.fallback {
+            match &seen {
+                // Write-through, so the local filter knows this instance's nonces when it is
+                // needed. And it is asked: a nonce this instance accepted while the shared store
+                // was away (or before the shared store restarted empty) is still a replay.
+                Ok(NonceVerdict::Fresh) => {
+                    if let Ok(NonceVerdict::Replay) =
+                        fb.nonces
+                            .check_and_insert(&app.id, nonce, ts, app.window_ms, now_ms)
+                    {
+                        seen = Ok(NonceVerdict::Replay);
+                    }
+                }
+                Err(e)
+                    if e.is_store_failure() && self.on_store_error.nonce == FailPolicy::Allow =>
+                {
+                    degraded = true;
+                    seen = fb
+                        .nonces
+                        .check_and_insert(&app.id, nonce, ts, app.window_ms, now_ms);
+                }
+                _ => {}
+            }
+        }
+        match seen {
+            Ok(NonceVerdict::Fresh) => {}
+            Ok(NonceVerdict::Replay) => {
+                let mut v = Verdict::reject(
+                    Step::Nonce,
+                    Action::Deny,
+                    Code::ReplayDuplicate,
+                    "nonce",
+                    Reason::new("this (app, x-nonce) was already used: replayed request"),
+                );
+                v.degraded = degraded;
+                return Break(v);
+            }
+            Ok(NonceVerdict::OutOfRange) => {
+                return Break(skew_verdict(now_ms, skew, app.window_ms));
+            }
+            Err(e) => match self.store_failure(self.on_store_error.nonce, Step::Nonce, "nonce", &e)
+            {
+                Some(v) => return Break(v),
+                None => degraded = true,
+            },
+        }
+        Continue(degraded)
+    }
+
+    /// Step 5, fingerprint: the same user (or device) has not sent the same submission to the
+    /// route within its dedup window. `degraded` comes from the nonce step; goes on with it,
+    /// updated.
+    #[inline]
+    pub(super) fn check_fingerprint(
+        &self,
+        ctx: &DecisionContext<'_>,
+        body_hash: &str,
+        mut degraded: bool,
+    ) -> ControlFlow<Verdict, bool> {
+        let (req, app, now_ms) = (ctx.request, ctx.app, ctx.now_ms);
+        let r = &req.request;
+        let route = self.route(&app.id, &r.path);
+        let dedup = route.map(|r| &r.dedup).unwrap_or(&self.default_dedup);
+        // Users and devices live in separate namespaces: user "x" is not device "x".
+        let user = match (req.user_id.as_deref(), req.client.device_id.as_deref()) {
+            (Some(u), _) if !u.is_empty() => Some(format!("u:{u}")),
+            (_, Some(d)) if !d.is_empty() => Some(format!("d:{d}")),
+            _ => None,
+        };
+        let Some(user) = user.as_deref() else {
+            return Continue(degraded);
+        };
+        let method = r.method.to_ascii_uppercase();
+        if dedup.window_ms <= 0 || !dedup.methods.contains(&method) {
+            return Continue(degraded);
+        }
+        let params = submission_params(req, body_hash, &dedup.volatile_fields);
+        let query = canonical_query(&r.query);
+        let fp = fingerprint(&Submission {
+            app: &app.id,
+            user,
+            method: &method,
+            path: &r.path,
+            canonical_query: &query,
+            canonical_params: &params,
+        });
+        let mut first = self
+            .fingerprints
+            .insert_if_absent(fp, dedup.window_ms, now_ms);
+        if let Some(fb) = &self.fallback {
+            match &first {
+                Ok(true) => {
+                    if let Ok(false) = fb
+                        .fingerprints
+                        .insert_if_absent(fp, dedup.window_ms, now_ms)
+                    {
+                        first = Ok(false);
+                    }
+                }
+                Err(e)
+                    if e.is_store_failure()
+                        && self.on_store_error.fingerprint == FailPolicy::Allow =>
+                {
+                    degraded = true;
+                    first = fb
+                        .fingerprints
+                        .insert_if_absent(fp, dedup.window_ms, now_ms);
+                }
+                _ => {}
+            }
+        }
+        match first {
+            Ok(true) => {}
+            Ok(false) => {
+                let mut v = Verdict::reject(
+                    Step::Fingerprint,
+                    Action::Deny,
+                    Code::DuplicateSubmission,
+                    "fingerprint",
+                    Reason::new(format!(
+                        "same user, route and params within {} ms",
+                        dedup.window_ms
+                    )),
+                );
+                v.degraded = degraded;
+                return Break(v);
+            }
+            Err(e) => match self.store_failure(
+                self.on_store_error.fingerprint,
+                Step::Fingerprint,
+                "fingerprint",
+                &e,
+            ) {
+                Some(v) => return Break(v),
+                None => degraded = true,
+            },
+        }
+        Continue(degraded)
+    }
+}
+
+/// Strict Unix-ms parse: ASCII digits only (no sign, no spaces), at most 16 digits.
+fn parse_timestamp(raw: &str) -> Option<i64> {
+    if raw.is_empty() || raw.len() > 16 || !raw.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    raw.parse().ok()
+}
+
+fn skew_verdict(now_ms: i64, skew: i64, window_ms: i64) -> Verdict {
+    let mut v = Verdict::reject(
+        Step::Window,
+        Action::Deny,
+        Code::TimestampSkew,
+        "window",
+        Reason {
+            message: format!(
+                "x-timestamp is {} ms {} server time; the window is ±{window_ms} ms",
+                skew.unsigned_abs(),
+                if skew > 0 { "ahead of" } else { "behind" }
+            ),
+            server_time_ms: Some(now_ms),
+            skew_ms: Some(skew),
+        },
+    );
+    v.server_time_ms = Some(now_ms);
+    v.skew_ms = Some(skew);
+    v
+}
+
+/// The params of a submission: `params` when given, else the body when it is JSON, else the body
+/// hash.
+fn submission_params(req: &DecideRequest, body_hash: &str, volatile: &[String]) -> String {
+    if let Some(p) = &req.params {
+        return canonical_json(p, volatile);
+    }
+    if let Some(body) = &req.request.body {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(body) {
+            return canonical_json(&v, volatile);
+        }
+    }
+    format!("sha256:{body_hash}")
+}
