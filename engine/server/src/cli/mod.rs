@@ -1,8 +1,8 @@
 //! The `rampart` command line: `serve`, `check`, `sign`, `regress`, `migrate`.
 
-pub mod demo;
-pub mod httpc;
-pub mod regress;
+pub(crate) mod demo;
+pub(crate) mod httpc;
+pub(crate) mod regress;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -17,7 +17,7 @@ mod rules;
 mod server;
 mod state;
 mod summary;
-pub mod tls;
+pub(crate) mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -51,8 +51,6 @@ pub trait ControlStore: Send + Sync {
     fn session_key(&self) -> Result<Vec<u8>, StoreError>;
     fn revoke(&self, session: &str, until_ms: i64) -> Result<(), StoreError>;
     fn is_revoked(&self, session: &str, now_ms: i64) -> Result<bool, StoreError>;
-    /// Where the state lives, for logs and the API.
-    fn describe(&self) -> String;
 }
 
 fn valid_version_id(v: &str) -> bool {
@@ -262,10 +260,6 @@ impl ControlStore for FileStore {
             .unwrap_or_default();
         Ok(r.iter().any(|(s, until)| s == session && *until > now_ms))
     }
-
-    fn describe(&self) -> String {
-        format!("directory {}", self.dir.display())
-    }
 }
 
 /// Writes a file readable by its owner only.
@@ -458,9 +452,5 @@ impl ControlStore for RedisStore {
 
     fn is_revoked(&self, session: &str, _now_ms: i64) -> Result<bool, StoreError> {
         Ok(self.get(self.key(&format!("revoked:{session}")))?.is_some())
-    }
-
-    fn describe(&self) -> String {
-        format!("redis keys {}:*", self.p)
     }
 }

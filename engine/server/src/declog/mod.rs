@@ -8,7 +8,7 @@
 //! is drained before the process exits.
 
 pub mod clickhouse;
-pub mod query;
+pub(crate) mod query;
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};

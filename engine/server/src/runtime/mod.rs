@@ -1,9 +1,9 @@
 //! Everything a running engine holds: the decision path with its stores, metrics, the decision log,
 //! and the maintenance thread that rotates the nonce filter and watches its load.
 
-pub mod logging;
-pub mod peers;
-pub mod samples;
+pub(crate) mod logging;
+pub(crate) mod peers;
+pub(crate) mod samples;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,7 +25,7 @@ use crate::redis_state::{
 
 /// Limits applied by the HTTP layer.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     pub max_body_bytes: usize,
     pub max_batch_body_bytes: usize,
     pub max_batch_items: usize,
@@ -34,7 +34,7 @@ pub struct Limits {
 
 /// Decision ids: UUIDv7 layout (48-bit Unix ms, then random bits from a per-process seed mixed
 /// with a counter), so ids sort by time and never repeat within a process.
-pub struct IdGen {
+pub(crate) struct IdGen {
     seed: u64,
     counter: AtomicU64,
 }
@@ -84,24 +84,26 @@ fn splitmix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A running engine. Its `engine`, `log` and `config` are part of the crate's public surface (the
+/// tests and benches read them); the rest is the server's own.
 pub struct Runtime {
     pub engine: Engine,
-    pub metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     pub log: DecisionLog,
-    pub limits: Limits,
-    pub instance: Arc<str>,
-    pub ids: IdGen,
-    pub ready: AtomicBool,
+    pub(crate) limits: Limits,
+    pub(crate) instance: Arc<str>,
+    pub(crate) ids: IdGen,
+    pub(crate) ready: AtomicBool,
     pub config: Validated,
     /// State of the counting rule helpers (rate limits, counters); survives rule set swaps.
-    pub rule_state: RuleState,
+    pub(crate) rule_state: RuleState,
     stop: AtomicBool,
     maintenance: Mutex<Option<JoinHandle<()>>>,
     /// The Redis client and nonce store, with `[state] backend = "redis"`.
-    pub redis: Option<Arc<Redis>>,
+    pub(crate) redis: Option<Arc<Redis>>,
     redis_nonces: Option<Arc<RedisNonces>>,
     /// Versions, rollout, lists, audit and admin identities.
-    pub control: crate::control::Control,
+    pub(crate) control: crate::control::Control,
 }
 
 /// Why the engine could not start.
@@ -125,7 +127,7 @@ mod embedded {
 }
 
 /// The default rule set built into the binary.
-pub fn default_rules() -> Vec<Source> {
+pub(crate) fn default_rules() -> Vec<Source> {
     embedded::DEFAULT_RULES
         .iter()
         .map(|(path, text)| Source {
@@ -136,11 +138,11 @@ pub fn default_rules() -> Vec<Source> {
 }
 
 /// The sample set built into the binary (`rules/samples/`).
-pub fn default_samples() -> &'static [(&'static str, &'static str)] {
+pub(crate) fn default_samples() -> &'static [(&'static str, &'static str)] {
     embedded::DEFAULT_SAMPLES
 }
 
-pub fn load_rules(cfg: &Validated, state: &RuleState) -> Result<RuleSet, StartError> {
+pub(crate) fn load_rules(cfg: &Validated, state: &RuleState) -> Result<RuleSet, StartError> {
     let settings = cfg.raw.rules.settings();
     let Some(dir) = &cfg.raw.rules.dir else {
         if !cfg.raw.rules.defaults {
@@ -164,7 +166,7 @@ pub fn load_rules(cfg: &Validated, state: &RuleState) -> Result<RuleSet, StartEr
 
 impl Runtime {
     /// The parts of the runtime the control plane acts on.
-    pub fn host(&self) -> crate::control::Host<'_> {
+    pub(crate) fn host(&self) -> crate::control::Host<'_> {
         crate::control::Host {
             engine: &self.engine,
             metrics: &self.metrics,
@@ -364,7 +366,7 @@ impl Runtime {
     }
 
     /// True once the engine is shutting down.
-    pub fn stopping(&self) -> bool {
+    pub(crate) fn stopping(&self) -> bool {
         self.stop.load(Ordering::Acquire)
     }
 
@@ -418,7 +420,7 @@ impl Runtime {
     }
 
     /// Recomputes the gauges and says loudly when the nonce filter is over its design load.
-    pub fn refresh_gauges(&self) {
+    pub(crate) fn refresh_gauges(&self) {
         if let Some(r) = &self.redis {
             self.metrics
                 .redis_up
@@ -456,7 +458,7 @@ impl Runtime {
     }
 
     /// Whether the engine can serve decisions: started, and connected to Redis when it uses it.
-    pub fn is_ready(&self) -> Result<(), &'static str> {
+    pub(crate) fn is_ready(&self) -> Result<(), &'static str> {
         if !self.ready.load(Ordering::Acquire) {
             return Err("starting");
         }
