@@ -411,10 +411,13 @@ pub fn run(a: DemoArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = crate::cli::httpc::parse_base(&a.url) {
-        eprintln!("rampart demo: {e}");
-        return ExitCode::from(2);
-    }
+    let decide_url = match decide_url(&a.url) {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("rampart demo: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if a.rps == 0 || a.connections == 0 {
         eprintln!("rampart demo: --rps and --connections must be at least 1");
         return ExitCode::from(2);
@@ -435,25 +438,20 @@ pub fn run(a: DemoArgs) -> ExitCode {
                 tally.clone(),
                 sent.clone(),
                 stop.clone(),
-                a.url.clone(),
+                decide_url.clone(),
             );
             std::thread::spawn(move || {
                 let mut seed = [0u8; 8];
                 let _ = getrandom::getrandom(&mut seed);
                 let mut rng = Rng(u64::from_le_bytes(seed) | 1 | ((w as u64) << 1));
-                let mut conn = crate::cli::httpc::Conn::new(&url).expect("checked");
+                let agent = agent();
                 let mut next = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
                     // A new sale and a new lottery every minute.
                     let round = started.elapsed().as_secs() / 60;
                     let p = plan(&signer, &mut rng, round);
                     for body in p.bodies.iter().map(Value::to_string) {
-                        let r = conn.request(
-                            "POST",
-                            "/v1/decide",
-                            &[("content-type", "application/json")],
-                            body.as_bytes(),
-                        );
+                        let r = post(&agent, &url, body.as_bytes());
                         sent.fetch_add(1, Ordering::Relaxed);
                         let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
                         match r.ok().and_then(|(st, b)| {
@@ -543,8 +541,71 @@ pub fn run(a: DemoArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `POST /v1/decide` of the engine at `url`, `http://host[:port]` (the demo speaks plain HTTP to
+/// an engine it can reach directly).
+fn decide_url(url: &str) -> Result<String, String> {
+    let uri: ureq::http::Uri = url
+        .parse()
+        .map_err(|_| format!("{url:?}: only http:// URLs are supported"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(format!("{url:?}: only http:// URLs are supported"));
+    }
+    match uri.authority() {
+        Some(a) if !a.host().is_empty() => Ok(format!("http://{a}/v1/decide")),
+        _ => Err(format!("{url:?}: no host")),
+    }
+}
+
+/// One worker's client: keep-alive connections, no proxy (the engine is reached directly), every
+/// status an answer rather than an error, 10 s at most per request.
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into()
+}
+
+/// Sends one decision; returns the status and the body. A request that fails is sent once more
+/// (the engine may have closed the idle connection it went out on).
+fn post(agent: &ureq::Agent, url: &str, body: &[u8]) -> Result<(u16, Vec<u8>), ureq::Error> {
+    let once = || -> Result<(u16, Vec<u8>), ureq::Error> {
+        let mut r = agent
+            .post(url)
+            .header("content-type", "application/json")
+            .send(body)?;
+        let status = r.status().as_u16();
+        Ok((status, r.body_mut().read_to_vec()?))
+    };
+    once().or_else(|_| once())
+}
+
 fn secret(a: &DemoArgs) -> Result<Vec<u8>, String> {
     Ok(a.secret
         .resolve(&a.app)?
         .unwrap_or_else(|| crate::config::DEMO_SECRET.as_bytes().to_vec()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decide_url;
+
+    #[test]
+    fn the_engine_url_is_plain_http_with_a_host() {
+        assert_eq!(
+            decide_url("http://127.0.0.1:8080").unwrap(),
+            "http://127.0.0.1:8080/v1/decide"
+        );
+        // As before: only the host and port of the URL count.
+        assert_eq!(
+            decide_url("http://localhost/some/path").unwrap(),
+            "http://localhost/v1/decide"
+        );
+        for bad in ["ftp://x", "https://x:8443", "x", "127.0.0.1:8080"] {
+            let e = decide_url(bad).unwrap_err();
+            assert!(e.contains("only http:// URLs are supported"), "{bad}: {e}");
+        }
+        assert!(decide_url("http://").unwrap_err().contains("http://"));
+    }
 }

@@ -1,7 +1,6 @@
 //! The `rampart` command line: `serve`, `check`, `sign`, `regress`, `migrate`.
 
 pub(crate) mod demo;
-pub(crate) mod httpc;
 pub(crate) mod regress;
 
 use std::path::PathBuf;
