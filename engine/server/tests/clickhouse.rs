@@ -305,6 +305,11 @@ fn check_queries(engine: &Engine, served: usize) {
         all_pages(engine, "&user=who%3F&route=%2Fa%3Fb%3D%3F").len(),
         0
     );
+    // Quotes and backslashes in values are the values' own (the client escapes what it binds).
+    assert_eq!(
+        all_pages(engine, "&user=o%27brien%5C&app=sh%27op%5C%27").len(),
+        0
+    );
     let (st, v) = engine.admin_get("/admin/v1/stats?from=0&by=code");
     assert_eq!(st, 200, "{v}");
     let total: u64 = v["series"]

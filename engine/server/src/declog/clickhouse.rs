@@ -280,15 +280,16 @@ pub fn migrate(s: &ChSettings) -> Result<Vec<String>, String> {
                 .await
                 .map_err(|_| format!("{name}: timed out"))?
                 .map_err(|e| format!("{name}: {e}"))?;
-            tokio::time::timeout(
-                s.timeout,
-                run(format!(
-                    "INSERT INTO {db}.rampart_migrations (name, applied) VALUES ('{name}', now())"
-                )),
-            )
-            .await
-            .map_err(|_| format!("{name}: timed out"))?
-            .map_err(|e| format!("{name}: {e}"))?;
+            let record = c
+                .query(&format!(
+                    "INSERT INTO {db}.rampart_migrations (name, applied) VALUES (?, now())"
+                ))
+                .bind(*name)
+                .execute();
+            tokio::time::timeout(s.timeout, record)
+                .await
+                .map_err(|_| format!("{name}: timed out"))?
+                .map_err(|e| format!("{name}: {e}"))?;
             applied.push(name.to_string());
         }
         Ok(applied)

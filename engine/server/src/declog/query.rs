@@ -163,44 +163,78 @@ fn next_cursor(rows: &[Value], limit: usize) -> Value {
 // ---------------------------------------------------------------------------------------------
 // ClickHouse
 
-/// A ClickHouse string literal, for a query sent through the client's `query` (which binds `?`).
-pub(crate) fn lit(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\'' => out.push_str("\\'"),
-            // The client reads a lone `?` as a bind marker; `??` is a literal `?`.
-            '?' => out.push_str("??"),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
+/// A ClickHouse query: SQL text with a `?` for each value, and the values, in order. The text
+/// holds only our own SQL (names, numbers); every caller-supplied string is bound, and the
+/// `clickhouse` crate quotes and escapes it (client-side binding: ClickHouse 18.16 has no
+/// server-side query parameters).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Sql {
+    text: String,
+    args: Vec<String>,
 }
 
-fn ch_where(f: &Filter, c: &Checked) -> String {
-    let mut w = format!(
+impl Sql {
+    pub(crate) fn new(text: impl Into<String>) -> Sql {
+        Sql {
+            text: text.into(),
+            args: Vec::new(),
+        }
+    }
+
+    /// Appends SQL text (never a value: the client would read a `?` in it as a marker).
+    pub(crate) fn push(&mut self, text: &str) -> &mut Sql {
+        self.text.push_str(text);
+        self
+    }
+
+    /// Appends a marker bound to `value`.
+    pub(crate) fn bind(&mut self, value: &str) -> &mut Sql {
+        self.text.push('?');
+        self.args.push(value.to_string());
+        self
+    }
+
+    /// Appends another query, its values after this one's.
+    pub(crate) fn append(&mut self, other: &Sql) -> &mut Sql {
+        self.text.push_str(&other.text);
+        self.args.extend(other.args.iter().cloned());
+        self
+    }
+
+    /// The client's query, every value bound.
+    pub(crate) fn query(&self, client: &clickhouse::Client) -> clickhouse::query::Query {
+        self.args
+            .iter()
+            .fold(client.query(&self.text), |q, a| q.bind(a.as_str()))
+    }
+}
+
+/// `AND col = ?` for each string filter given.
+fn bind_filters(w: &mut Sql, f: &Filter) {
+    for (col, v) in string_filters(f) {
+        if let Some(v) = v {
+            w.push(&format!(" AND {col} = ")).bind(v);
+        }
+    }
+}
+
+fn ch_where(f: &Filter, c: &Checked) -> Sql {
+    let mut w = Sql::new(format!(
         "time >= toDateTime({}) AND time <= toDateTime({}) AND time_ms >= {} AND time_ms < {}",
         c.from / 1000,
         c.to / 1000 + 1,
         c.from,
         c.to
-    );
-    for (col, v) in string_filters(f) {
-        if let Some(v) = v {
-            w.push_str(&format!(" AND {col} = {}", lit(v)));
-        }
-    }
+    ));
+    bind_filters(&mut w, f);
     w
 }
 
-pub(crate) async fn ch_rows(s: &ChSettings, sql: String) -> Result<Vec<Value>, QueryError> {
+pub(crate) async fn ch_rows(s: &ChSettings, sql: Sql) -> Result<Vec<Value>, QueryError> {
     let client = crate::declog::clickhouse::client(s);
     let run = async {
-        let mut cursor = client
-            .query(&sql)
+        let mut cursor = sql
+            .query(&client)
             .fetch_bytes("JSONEachRow")
             .map_err(|e| e.to_string())?;
         cursor.collect().await.map_err(|e| e.to_string())
@@ -253,19 +287,22 @@ fn ch_decision(mut v: Value) -> Value {
 
 pub async fn decisions_ch(s: &ChSettings, f: &Filter, now_ms: i64) -> Result<Value, QueryError> {
     let c = check(f, now_ms)?;
-    let mut w = ch_where(f, &c);
+    let mut sql = Sql::new(format!(
+        "SELECT * FROM {db}.{TABLE} WHERE ",
+        db = s.database
+    ));
+    sql.append(&ch_where(f, &c));
     if let Some((t, id)) = &c.cursor {
-        w.push_str(&format!(
-            " AND (time_ms < {t} OR (time_ms = {t} AND decision_id < {}))",
-            lit(id)
-        ));
+        sql.push(&format!(
+            " AND (time_ms < {t} OR (time_ms = {t} AND decision_id < "
+        ))
+        .bind(id)
+        .push("))");
     }
-    let sql = format!(
-        "SELECT * FROM {db}.{TABLE} WHERE {w} ORDER BY time_ms DESC, decision_id DESC \
-         LIMIT 1 BY decision_id LIMIT {limit}",
-        db = s.database,
+    sql.push(&format!(
+        " ORDER BY time_ms DESC, decision_id DESC LIMIT 1 BY decision_id LIMIT {limit}",
         limit = c.limit
-    );
+    ));
     let rows: Vec<Value> = ch_rows(s, sql)
         .await?
         .into_iter()
@@ -289,48 +326,40 @@ pub async fn stats_ch(s: &ChSettings, f: &Filter, now_ms: i64) -> Result<Value, 
             "minute",
         )
     };
-    let mut w = format!(
+    let mut w = Sql::new(format!(
         "{time} >= toDateTime({}) AND {time} < toDateTime({})",
         c.from / 1000,
         (c.to + 999) / 1000
-    );
-    for (col, v) in string_filters(f) {
-        if let Some(v) = v {
-            w.push_str(&format!(" AND {col} = {}", lit(v)));
-        }
-    }
+    ));
+    bind_filters(&mut w, f);
     let b = c.bucket_s;
-    let series = ch_rows(
-        s,
-        format!(
-            "SELECT intDiv(toUInt32({time}), {b}) * {b} * 1000 AS t, toString(action) AS action, \
-             {n} AS n FROM {table} WHERE {w} GROUP BY t, action ORDER BY t, action"
-        ),
-    )
-    .await?;
+    let mut series = Sql::new(format!(
+        "SELECT intDiv(toUInt32({time}), {b}) * {b} * 1000 AS t, toString(action) AS action, \
+         {n} AS n FROM {table} WHERE "
+    ));
+    series
+        .append(&w)
+        .push(" GROUP BY t, action ORDER BY t, action");
+    let series = ch_rows(s, series).await?;
     let by = c.by;
-    let breakdown = ch_rows(
-        s,
-        format!(
-            "SELECT toString({by}) AS key, {n} AS n, {nr} AS refused FROM {table} WHERE {w} \
-             GROUP BY key ORDER BY n DESC LIMIT 100",
-            nr = if base {
-                "countIf(action != 'allow')".to_string()
-            } else {
-                "sumIf(decisions, action != 'allow')".to_string()
-            }
-        ),
-    )
-    .await?;
-    let base_w = ch_where(f, &c);
-    let latency = ch_rows(
-        s,
-        format!(
-            "SELECT quantiles(0.5, 0.9, 0.99, 0.999)(latency_us) AS q, count() AS n \
-             FROM {db}.{TABLE} WHERE {base_w}"
-        ),
-    )
-    .await?;
+    let mut breakdown = Sql::new(format!(
+        "SELECT toString({by}) AS key, {n} AS n, {nr} AS refused FROM {table} WHERE ",
+        nr = if base {
+            "countIf(action != 'allow')"
+        } else {
+            "sumIf(decisions, action != 'allow')"
+        }
+    ));
+    breakdown
+        .append(&w)
+        .push(" GROUP BY key ORDER BY n DESC LIMIT 100");
+    let breakdown = ch_rows(s, breakdown).await?;
+    let mut latency = Sql::new(format!(
+        "SELECT quantiles(0.5, 0.9, 0.99, 0.999)(latency_us) AS q, count() AS n \
+         FROM {db}.{TABLE} WHERE "
+    ));
+    latency.append(&ch_where(f, &c));
+    let latency = ch_rows(s, latency).await?;
     Ok(stats_json(
         &c,
         series,
@@ -595,13 +624,14 @@ pub async fn recorded_ch(
         ..Filter::default()
     };
     let c = check(&f, to)?;
-    let w = ch_where(&f, &c);
-    let sql = format!(
-        "SELECT * FROM {db}.{TABLE} WHERE {w} ORDER BY time_ms, decision_id \
-         LIMIT 1 BY decision_id LIMIT {limit}",
-        db = s.database,
+    let mut sql = Sql::new(format!(
+        "SELECT * FROM {db}.{TABLE} WHERE ",
+        db = s.database
+    ));
+    sql.append(&ch_where(&f, &c)).push(&format!(
+        " ORDER BY time_ms, decision_id LIMIT 1 BY decision_id LIMIT {limit}",
         limit = max + 1
-    );
+    ));
     let mut rows: Vec<Value> = ch_rows(s, sql)
         .await?
         .into_iter()
@@ -641,4 +671,44 @@ pub fn recorded_local(
     let cut = rows.len() > max;
     rows.truncate(max);
     Ok((rows, cut))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sent(q: &Sql) -> String {
+        q.query(&clickhouse::Client::default())
+            .sql_display()
+            .to_string()
+    }
+
+    #[test]
+    fn filter_values_are_bound_and_escaped_by_the_client() {
+        let f = Filter {
+            from: Some(1_000),
+            to: Some(5_000),
+            user: Some("o'brien\\ ?x".into()),
+            code: Some("a\nb".into()),
+            cursor: Some("4000:id'1".into()),
+            ..Filter::default()
+        };
+        let c = check(&f, 10_000).unwrap();
+        let w = sent(&ch_where(&f, &c));
+        assert_eq!(
+            w,
+            "time >= toDateTime(1) AND time <= toDateTime(6) AND time_ms >= 1000 AND \
+             time_ms < 5000 AND user = 'o\\'brien\\\\ ?x' AND code = 'a\\\nb'"
+        );
+        // Markers are filled in order, the cursor's id after the filters.
+        let mut q = Sql::new("SELECT 1 WHERE ");
+        q.append(&ch_where(&f, &c))
+            .push(" AND decision_id < ")
+            .bind(&c.cursor.as_ref().unwrap().1);
+        assert!(
+            sent(&q).ends_with("code = 'a\\\nb' AND decision_id < 'id\\'1'"),
+            "{}",
+            sent(&q)
+        );
+    }
 }

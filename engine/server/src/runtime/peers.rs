@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Backend;
-use crate::declog::query::{ch_rows, lit};
+use crate::declog::query::{ch_rows, Sql};
 use crate::runtime::Runtime;
 
 /// How far back the log is read: rows older than this do not count as a live peer.
@@ -45,16 +45,21 @@ pub fn spawn(rt: &Arc<Runtime>) {
 }
 
 /// The query: instances other than this one that logged decisions for its apps lately.
-pub fn peer_query(database: &str, me: &str, apps: &[String]) -> String {
-    let apps: Vec<String> = apps.iter().map(|a| lit(a)).collect();
-    format!(
+pub fn peer_query(database: &str, me: &str, apps: &[String]) -> Sql {
+    let mut q = Sql::new(format!(
         "SELECT instance, count() AS n FROM {database}.{table} \
-         WHERE time >= now() - {LOOKBACK_S} AND instance != {me} AND app IN ({apps}) \
-         GROUP BY instance ORDER BY instance LIMIT 100",
+         WHERE time >= now() - {LOOKBACK_S} AND instance != ",
         table = crate::declog::clickhouse::TABLE,
-        me = lit(me),
-        apps = apps.join(", "),
-    )
+    ));
+    q.bind(me).push(" AND app IN (");
+    for (i, app) in apps.iter().enumerate() {
+        if i > 0 {
+            q.push(", ");
+        }
+        q.bind(app);
+    }
+    q.push(") GROUP BY instance ORDER BY instance LIMIT 100");
+    q
 }
 
 async fn run(rt: Arc<Runtime>) {
@@ -95,15 +100,25 @@ async fn run(rt: Arc<Runtime>) {
 
 #[cfg(test)]
 mod tests {
+    /// The SQL the client sends, values bound.
+    fn sent(q: &crate::declog::query::Sql) -> String {
+        q.query(&clickhouse::Client::default())
+            .sql_display()
+            .to_string()
+    }
+
     #[test]
     fn the_query_quotes_what_it_is_given() {
-        let q = super::peer_query("db", "it's me", &["a".into(), "b'c".into()]);
+        let q = sent(&super::peer_query(
+            "db",
+            "it's me",
+            &["a".into(), "b'c".into()],
+        ));
         assert!(q.contains("instance != 'it\\'s me'"), "{q}");
         assert!(q.contains("app IN ('a', 'b\\'c')"), "{q}");
-        let q = super::peer_query("db", "who?", &[]);
-        assert!(
-            q.contains("'who??'"),
-            "a literal ? is doubled for the client: {q}"
-        );
+        // A `?` inside a value is the value's own, not a marker.
+        let q = sent(&super::peer_query("db", "who?", &["x?y".into()]));
+        assert!(q.contains("instance != 'who?'"), "{q}");
+        assert!(q.contains("app IN ('x?y') GROUP BY"), "{q}");
     }
 }
