@@ -2,19 +2,13 @@
 //! inline scripts. Shared by the build script (which embeds `admin-ui/dist`) and the server (which
 //! can serve a directory instead, for console development: `RAMPART_CONSOLE_DIR`).
 
-/// The content type of a console file, by extension.
-pub fn mime(name: &str) -> &'static str {
-    match name.rsplit('.').next().unwrap_or("") {
-        "html" => "text/html; charset=utf-8",
-        "js" => "text/javascript; charset=utf-8",
-        "wasm" => "application/wasm",
-        "css" => "text/css; charset=utf-8",
-        "svg" => "image/svg+xml",
-        "png" => "image/png",
-        "ico" => "image/x-icon",
-        "json" => "application/json",
-        "txt" => "text/plain; charset=utf-8",
-        _ => "application/octet-stream",
+/// The content type of a console file, by extension (`mime_guess`'s table; unknown extensions are
+/// `application/octet-stream`). Text is served as UTF-8, as trunk writes it.
+pub fn mime(name: &str) -> std::borrow::Cow<'static, str> {
+    match mime_guess::from_path(name).first_raw() {
+        Some(text) if text.starts_with("text/") => format!("{text}; charset=utf-8").into(),
+        Some(other) => other.into(),
+        None => "application/octet-stream".into(),
     }
 }
 
@@ -43,4 +37,32 @@ pub fn inline_script_hashes(html: &str) -> String {
         rest = &rest[body_start + close..];
     }
     hashes.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn console_files_keep_their_content_types() {
+        for (name, want) in [
+            ("index.html", "text/html; charset=utf-8"),
+            (
+                "rampart-console-b10f30efe83875a3.js",
+                "text/javascript; charset=utf-8",
+            ),
+            (
+                "rampart-console-b10f30efe83875a3_bg.wasm",
+                "application/wasm",
+            ),
+            ("style-4ab680c62d75bbf8.css", "text/css; charset=utf-8"),
+            ("logo.svg", "image/svg+xml"),
+            ("logo.png", "image/png"),
+            ("favicon.ico", "image/x-icon"),
+            ("manifest.json", "application/json"),
+            ("robots.txt", "text/plain; charset=utf-8"),
+            ("LICENSE", "application/octet-stream"),
+            ("data.unknown-extension", "application/octet-stream"),
+        ] {
+            assert_eq!(super::mime(name), want, "{name}");
+        }
+    }
 }

@@ -106,7 +106,7 @@ fn file(name: &str) -> HttpResponse {
         None => assets::CONSOLE_FILES
             .iter()
             .find(|(n, _, _)| *n == name)
-            .map(|(n, m, b)| (*n, *m, Bytes::from_static(b))),
+            .map(|(n, m, b)| (*n, (*m).into(), Bytes::from_static(b))),
     };
     match found {
         Some((n, mime, bytes)) => {
@@ -117,7 +117,7 @@ fn file(name: &str) -> HttpResponse {
                 "public, max-age=31536000, immutable"
             };
             secured(HttpResponse::Ok())
-                .content_type(mime)
+                .content_type(mime.as_ref())
                 .insert_header((header::CACHE_CONTROL, cache))
                 .body(bytes)
         }
