@@ -32,8 +32,10 @@ pub(crate) struct Limits {
     pub max_header_bytes: usize,
 }
 
-/// Decision ids: UUIDv7 layout (48-bit Unix ms, then random bits from a per-process seed mixed
-/// with a counter), so ids sort by time and never repeat within a process.
+/// Decision ids: UUIDv7 (48-bit Unix ms of the decision's own clock, then random bits from a
+/// per-process seed mixed with a counter), so ids sort by time and never repeat within a process.
+/// The `uuid` crate lays the bits out and writes the text; the random bits stay ours, as `uuid`'s
+/// own v7 generator reads the system clock and asks the OS for randomness on every id.
 pub(crate) struct IdGen {
     seed: u64,
     counter: AtomicU64,
@@ -52,23 +54,15 @@ impl IdGen {
     pub fn next(&self, now_ms: i64) -> String {
         let c = self.counter.fetch_add(1, Ordering::Relaxed);
         let r = splitmix(self.seed ^ c);
-        let hi = ((now_ms as u64 & 0xffff_ffff_ffff) << 16) | 0x7000 | ((self.seed >> 52) & 0x0fff);
-        let lo = (0b10u64 << 62) | (r >> 2);
-        uuid_text(((hi as u128) << 64) | lo as u128)
+        // 12 bits of the seed (`rand_a`), then the counter's mix (`rand_b`, its top 62 bits):
+        // the builder sets the version and variant bits over them.
+        let mut random = [0u8; 10];
+        random[..2].copy_from_slice(&(((self.seed >> 52) & 0x0fff) as u16).to_be_bytes());
+        random[2..].copy_from_slice(&(r >> 2).to_be_bytes());
+        let id = uuid::Builder::from_unix_timestamp_millis(now_ms as u64, &random).into_uuid();
+        let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        id.hyphenated().encode_lower(&mut text).to_string()
     }
-}
-
-/// `v` as a UUID's text (8-4-4-4-12 lower-case hex digits), in one allocation.
-fn uuid_text(v: u128) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(36);
-    for i in 0..32 {
-        if matches!(i, 8 | 12 | 16 | 20) {
-            out.push('-');
-        }
-        out.push(HEX[((v >> (124 - 4 * i)) & 0xf) as usize] as char);
-    }
-    out
 }
 
 impl Default for IdGen {
@@ -573,21 +567,51 @@ fn host_name() -> String {
 mod tests {
     use super::*;
 
+    /// The layout the ids have always had, written out bit by bit.
+    fn reference(seed: u64, counter: u64, now_ms: i64) -> String {
+        let r = splitmix(seed ^ counter);
+        let hi = ((now_ms as u64 & 0xffff_ffff_ffff) << 16) | 0x7000 | ((seed >> 52) & 0x0fff);
+        let lo = (0b10u64 << 62) | (r >> 2);
+        let h = format!("{:032x}", ((hi as u128) << 64) | lo as u128);
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..]
+        )
+    }
+
+    #[test]
+    fn decision_ids_keep_their_layout() {
+        for seed in [0, u64::MAX, 0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210] {
+            let ids = IdGen {
+                seed,
+                counter: AtomicU64::new(0),
+            };
+            for (c, now) in [0, 1, 1_700_000_000_000, (1 << 48) - 1, 1 << 48, i64::MAX]
+                .into_iter()
+                .enumerate()
+            {
+                assert_eq!(
+                    ids.next(now),
+                    reference(seed, c as u64, now),
+                    "{seed} {now}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn decision_ids_are_uuid_v7_text_in_time_order() {
-        for v in [0u128, u128::MAX, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210] {
-            let h = format!("{v:032x}");
-            let want = format!(
-                "{}-{}-{}-{}-{}",
-                &h[0..8],
-                &h[8..12],
-                &h[12..16],
-                &h[16..20],
-                &h[20..]
-            );
-            assert_eq!(uuid_text(v), want);
-        }
         let ids = IdGen::new();
+        let id = uuid::Uuid::try_parse(&ids.next(1_700_000_000_123)).unwrap();
+        assert_eq!(id.get_version_num(), 7);
+        assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
+        // The decision's own clock, not the system's.
+        let ts = id.get_timestamp().unwrap().to_unix();
+        assert_eq!(ts, (1_700_000_000, 123_000_000), "{id}");
         let (a, b) = (ids.next(1_700_000_000_000), ids.next(1_700_000_000_001));
         assert_eq!(a.len(), 36);
         assert_eq!(&a[14..15], "7", "version 7: {a}");
