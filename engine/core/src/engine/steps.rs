@@ -91,19 +91,11 @@ impl Engine {
         let ts = match parse_timestamp(ts_raw) {
             Some(ts) => ts,
             None => {
-                let mut v = Verdict::reject(
-                    Step::Window,
-                    Action::Deny,
-                    Code::TimestampSkew,
-                    "window",
-                    Reason {
-                        message: "x-timestamp is not a Unix time in milliseconds".into(),
-                        server_time_ms: Some(now_ms),
-                        skew_ms: None,
-                    },
-                );
-                v.server_time_ms = Some(now_ms);
-                return Break(v);
+                return Break(window_verdict(
+                    now_ms,
+                    "x-timestamp is not a Unix time in milliseconds".into(),
+                    None,
+                ))
             }
         };
         // Routes (the path is signed, so an attacker cannot pick one) may narrow the app's window.
@@ -297,23 +289,33 @@ fn parse_timestamp(raw: &str) -> Option<i64> {
 }
 
 fn skew_verdict(now_ms: i64, skew: i64, window_ms: i64) -> Verdict {
+    window_verdict(
+        now_ms,
+        format!(
+            "x-timestamp is {} ms {} server time; the window is ±{window_ms} ms",
+            skew.unsigned_abs(),
+            if skew > 0 { "ahead of" } else { "behind" }
+        ),
+        Some(skew),
+    )
+}
+
+/// `TIMESTAMP_SKEW`, with the server time (and the skew, when the timestamp parsed) for the
+/// caller to correct its clock.
+fn window_verdict(now_ms: i64, message: String, skew: Option<i64>) -> Verdict {
     let mut v = Verdict::reject(
         Step::Window,
         Action::Deny,
         Code::TimestampSkew,
         "window",
         Reason {
-            message: format!(
-                "x-timestamp is {} ms {} server time; the window is ±{window_ms} ms",
-                skew.unsigned_abs(),
-                if skew > 0 { "ahead of" } else { "behind" }
-            ),
+            message,
             server_time_ms: Some(now_ms),
-            skew_ms: Some(skew),
+            skew_ms: skew,
         },
     );
     v.server_time_ms = Some(now_ms);
-    v.skew_ms = Some(skew);
+    v.skew_ms = skew;
     v
 }
 

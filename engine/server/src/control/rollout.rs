@@ -55,6 +55,28 @@ pub struct RolloutEvent {
     pub reason: Option<String>,
 }
 
+impl RolloutEvent {
+    /// `who` did `action` to `version` now, with the stable version before it; no stage, percent
+    /// or reason.
+    pub(super) fn new(
+        who: &Principal,
+        action: &str,
+        version: &str,
+        stable_before: Option<String>,
+    ) -> RolloutEvent {
+        RolloutEvent {
+            time_ms: now_ms(),
+            actor: who.name.clone(),
+            action: action.into(),
+            version: Some(version.into()),
+            stable_before,
+            stage: None,
+            percent: None,
+            reason: None,
+        }
+    }
+}
+
 /// `POST /admin/v1/rollout`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -87,14 +109,9 @@ impl Control {
                     }
                     s.candidate = None;
                     s.event(RolloutEvent {
-                        time_ms: now_ms(),
-                        actor: who.name.clone(),
-                        action: "auto-rollback".into(),
-                        version: Some(version.clone()),
-                        stable_before: s.stable.clone(),
                         stage: Some("canary".into()),
-                        percent: None,
                         reason: Some(reason.clone()),
+                        ..RolloutEvent::new(&who, "auto-rollback", &version, s.stable.clone())
                     });
                     Ok((
                         Audit {
@@ -178,14 +195,9 @@ impl Control {
                 since_ms: now_ms(),
             });
             s.event(RolloutEvent {
-                time_ms: now_ms(),
-                actor: who.name.clone(),
-                action: "stage".into(),
-                version: Some(version.clone()),
-                stable_before: s.stable.clone(),
                 stage: Some(stage_name.into()),
                 percent,
-                reason: None,
+                ..RolloutEvent::new(who, "stage", &version, s.stable.clone())
             });
             Ok((
                 Audit {
@@ -239,14 +251,8 @@ impl Control {
                 s.approved.push(version.to_string());
             }
             s.event(RolloutEvent {
-                time_ms: now_ms(),
-                actor: who.name.clone(),
-                action: "approve".into(),
-                version: Some(version.to_string()),
-                stable_before: before.clone(),
                 stage: Some("stable".into()),
-                percent: None,
-                reason: None,
+                ..RolloutEvent::new(who, "approve", version, before.clone())
             });
             Ok((
                 Audit {
@@ -279,14 +285,10 @@ impl Control {
                 ));
             };
             s.event(RolloutEvent {
-                time_ms: now_ms(),
-                actor: who.name.clone(),
-                action: "rollback".into(),
-                version: Some(c.version.clone()),
-                stable_before: s.stable.clone(),
                 stage: Some(c.stage.clone()),
                 percent: c.percent,
                 reason: Some(reason.to_string()),
+                ..RolloutEvent::new(who, "rollback", &c.version, s.stable.clone())
             });
             Ok((
                 Audit {
@@ -327,14 +329,8 @@ impl Control {
                 s.candidate = None;
             }
             s.event(RolloutEvent {
-                time_ms: now_ms(),
-                actor: who.name.clone(),
-                action: "activate".into(),
-                version: Some(version.to_string()),
-                stable_before: before.clone(),
                 stage: Some("stable".into()),
-                percent: None,
-                reason: None,
+                ..RolloutEvent::new(who, "activate", version, before.clone())
             });
             Ok((
                 Audit {

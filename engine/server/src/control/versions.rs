@@ -218,16 +218,7 @@ impl Control {
             if !s.approved.contains(&v) {
                 s.approved.push(v.clone());
             }
-            s.event(RolloutEvent {
-                time_ms: now_ms(),
-                actor: who.name.clone(),
-                action: "import".into(),
-                version: Some(v.clone()),
-                stable_before: before.clone(),
-                stage: None,
-                percent: None,
-                reason: None,
-            });
+            s.event(RolloutEvent::new(&who, "import", &v, before.clone()));
             Ok((
                 Audit {
                     action: "ruleset.import".into(),
