@@ -1,5 +1,9 @@
 //! The nonce filter: a time-sliced, cache-line-blocked Bloom filter with an atomic check-and-insert.
 //!
+//! Kept here rather than taken from a Bloom filter crate (`fastbloom` is measured beside it in the
+//! README): none slices by the request's own timestamp or checks and sets a key's bits as one
+//! atomic step, and those are the two invariants below.
+//!
 //! # Design (and why it keeps the invariants of DESIGN §2)
 //!
 //! **Sliced by the request's own timestamp.** A request is inserted into the slice that covers its

@@ -3,6 +3,9 @@
 //! of N racing inserts of one key exactly one succeeds. Memory grows with the number of live keys,
 //! bounded by `max_entries` (past it, inserts fail with [`Full`] and the caller's failure policy
 //! applies), and expired keys are dropped by `purge`.
+//!
+//! Kept here rather than taken from a cache crate: a cache evicts live entries when full, which
+//! would forget a nonce and let its replay through; this set fails closed and never evicts.
 
 use std::hash::{BuildHasher, Hash};
 
