@@ -610,6 +610,17 @@ pub fn stats_local(dir: &Path, f: &Filter, now_ms: i64) -> Result<Value, QueryEr
     ))
 }
 
+/// The filter of every decision in `[from, to)`, checked.
+fn range(from: i64, to: i64) -> Result<(Filter, Checked), QueryError> {
+    let f = Filter {
+        from: Some(from),
+        to: Some(to),
+        ..Filter::default()
+    };
+    let c = check(&f, to)?;
+    Ok((f, c))
+}
+
 /// Every decision in `[from, to)`, oldest first, at most `max` (the newest are dropped beyond
 /// it); for backtests. Returns the rows and whether `max` cut them.
 pub async fn recorded_ch(
@@ -618,12 +629,7 @@ pub async fn recorded_ch(
     to: i64,
     max: usize,
 ) -> Result<(Vec<Value>, bool), QueryError> {
-    let f = Filter {
-        from: Some(from),
-        to: Some(to),
-        ..Filter::default()
-    };
-    let c = check(&f, to)?;
+    let (f, c) = range(from, to)?;
     let mut sql = Sql::new(format!(
         "SELECT * FROM {db}.{TABLE} WHERE ",
         db = s.database
@@ -649,12 +655,7 @@ pub fn recorded_local(
     to: i64,
     max: usize,
 ) -> Result<(Vec<Value>, bool), QueryError> {
-    let f = Filter {
-        from: Some(from),
-        to: Some(to),
-        ..Filter::default()
-    };
-    let c = check(&f, to)?;
+    let (f, c) = range(from, to)?;
     let mut rows = Vec::new();
     let mut seen = std::collections::HashSet::new();
     scan_local(dir, &f, &c, |d| {
