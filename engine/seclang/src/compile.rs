@@ -1,0 +1,580 @@
+//! Directives → a compiled rule set: rules of the request phases in order, chains linked,
+//! operators and transformation chains built once, removals and target updates applied.
+
+use std::collections::HashMap;
+
+use crate::ops::{Op, Param};
+use crate::parse::{self, Directive, RawAction};
+use crate::transform::Transform;
+use crate::vars::{self, Selector, Target, Var};
+use crate::Error;
+
+/// What a rule does to the transaction's flow when it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disruptive {
+    /// `pass`, and `block` under the anomaly-scoring default action.
+    Pass,
+    /// `deny`, `drop`, or `block` under a denying default action: the transaction is refused.
+    Deny,
+    /// `allow`: stop evaluating, accept.
+    Allow,
+}
+
+#[derive(Debug, Clone)]
+pub enum SetVar {
+    Set(Param, Param),
+    Add(Param, Param),
+    Sub(Param, Param),
+    Del(Param),
+}
+
+#[derive(Debug, Clone)]
+pub enum Ctl {
+    /// `ctl:ruleEngine=Off` stops evaluation; `On`/`DetectionOnly` change nothing here.
+    EngineOff,
+    RemoveById(Vec<(u32, u32)>),
+    RemoveByTag(String),
+    RemoveTargetById(Vec<(u32, u32)>, Var, Selector),
+    RemoveTargetByTag(String, Var, Selector),
+    /// Accepted and without effect in this engine (body processors, audit log settings, …).
+    Ignored,
+}
+
+/// One compiled rule (a chain's members hang off `chain`).
+#[derive(Debug)]
+pub struct Rule {
+    pub id: u32,
+    pub phase: u8,
+    pub targets: Vec<Target>,
+    pub op: Op,
+    pub negated: bool,
+    pub transforms: Vec<Transform>,
+    /// Id of each prefix of `transforms` in the set's prefix table (for the per-transaction
+    /// transformation cache); `transforms.len()` entries.
+    pub prefix_ids: Vec<u32>,
+    pub capture: bool,
+    pub multi_match: bool,
+    pub setvars: Vec<SetVar>,
+    pub ctls: Vec<Ctl>,
+    pub disruptive: Disruptive,
+    pub skip_after: Option<String>,
+    pub skip: u32,
+    pub chain: Option<Box<Rule>>,
+    pub msg: Option<Param>,
+    pub logdata: Option<Param>,
+    pub severity: Option<u8>,
+    pub tags: Vec<String>,
+    pub paranoia: Option<u8>,
+    pub file: String,
+    pub line: usize,
+}
+
+/// A rule or a marker (`SecMarker`), in the order of a phase.
+#[derive(Debug)]
+pub enum Item {
+    Rule(Rule),
+    Marker(String),
+}
+
+/// The compiled set: the items of phase 1 (request headers) and 2 (request body).
+#[derive(Debug, Default)]
+pub struct Compiled {
+    pub phases: [Vec<Item>; 2],
+    pub warnings: Vec<String>,
+    pub prefixes: u32,
+}
+
+fn severity(s: &str) -> Option<u8> {
+    Some(match s.to_ascii_uppercase().as_str() {
+        "EMERGENCY" | "0" => 0,
+        "ALERT" | "1" => 1,
+        "CRITICAL" | "2" => 2,
+        "ERROR" | "3" => 3,
+        "WARNING" | "4" => 4,
+        "NOTICE" | "5" => 5,
+        "INFO" | "6" => 6,
+        "DEBUG" | "7" => 7,
+        _ => return None,
+    })
+}
+
+/// Parses `942100`, `942100-942199`, `942100 942110` into ranges.
+pub fn id_ranges(s: &str) -> Result<Vec<(u32, u32)>, String> {
+    let mut v = Vec::new();
+    for part in s
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|p| !p.is_empty())
+    {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let a: u32 = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("bad rule id {part}"))?;
+        let b: u32 = b
+            .trim()
+            .parse()
+            .map_err(|_| format!("bad rule id {part}"))?;
+        v.push((a.min(b), a.max(b)));
+    }
+    Ok(v)
+}
+
+fn one_target(s: &str) -> Result<(Var, Selector), String> {
+    let s = s.trim().trim_start_matches('!');
+    let (name, sel) = s.split_once(':').unwrap_or((s, ""));
+    let var = Var::by_name(name).ok_or_else(|| format!("unknown variable {name}"))?;
+    Ok((var, Selector::parse(sel)?))
+}
+
+fn ctl(v: &str) -> Result<Ctl, String> {
+    let (k, val) = v.split_once('=').ok_or_else(|| format!("bad ctl {v}"))?;
+    Ok(match k.trim().to_ascii_lowercase().as_str() {
+        "ruleengine" => {
+            if val.trim().eq_ignore_ascii_case("off") {
+                Ctl::EngineOff
+            } else {
+                Ctl::Ignored
+            }
+        }
+        "ruleremovebyid" => Ctl::RemoveById(id_ranges(val)?),
+        "ruleremovebytag" => Ctl::RemoveByTag(val.trim().to_string()),
+        "ruleremovetargetbyid" => {
+            let (ids, t) = val.split_once(';').ok_or_else(|| format!("bad ctl {v}"))?;
+            let (var, sel) = one_target(t)?;
+            Ctl::RemoveTargetById(id_ranges(ids)?, var, sel)
+        }
+        "ruleremovetargetbytag" => {
+            let (tag, t) = val.split_once(';').ok_or_else(|| format!("bad ctl {v}"))?;
+            let (var, sel) = one_target(t)?;
+            Ctl::RemoveTargetByTag(tag.trim().to_string(), var, sel)
+        }
+        _ => Ctl::Ignored,
+    })
+}
+
+fn setvar(v: &str) -> Result<SetVar, String> {
+    let v = v.trim();
+    if let Some(name) = v.strip_prefix('!') {
+        return Ok(SetVar::Del(Param::parse(&name.to_ascii_lowercase())));
+    }
+    let (name, value) = v.split_once('=').unwrap_or((v, "1"));
+    if !name.to_ascii_lowercase().starts_with("tx.") {
+        // Persistent collections (ip., session., global.) are not kept here.
+        return Err(String::new());
+    }
+    let name = Param::parse(&name.to_ascii_lowercase());
+    Ok(if let Some(n) = value.strip_prefix('+') {
+        SetVar::Add(name, Param::parse(n))
+    } else if let Some(n) = value.strip_prefix('-') {
+        SetVar::Sub(name, Param::parse(n))
+    } else {
+        SetVar::Set(name, Param::parse(value))
+    })
+}
+
+/// Settings of one rule before its operator is known.
+#[derive(Default)]
+struct Meta {
+    id: u32,
+    phase: Option<u8>,
+    chain: bool,
+    transforms: Vec<Transform>,
+    capture: bool,
+    multi_match: bool,
+    setvars: Vec<SetVar>,
+    ctls: Vec<Ctl>,
+    disruptive: Option<Disruptive>,
+    skip_after: Option<String>,
+    skip: u32,
+    msg: Option<Param>,
+    logdata: Option<Param>,
+    severity: Option<u8>,
+    tags: Vec<String>,
+}
+
+fn meta(
+    actions: &[RawAction],
+    default_block: Disruptive,
+    warnings: &mut Vec<String>,
+) -> Result<Meta, String> {
+    let mut m = Meta::default();
+    for a in actions {
+        let v = a.value.as_deref().unwrap_or("");
+        match a.name.to_ascii_lowercase().as_str() {
+            "id" => m.id = v.trim().parse().map_err(|_| format!("bad id {v}"))?,
+            "phase" => {
+                m.phase = Some(match v.trim() {
+                    "request" => 2,
+                    "response" => 4,
+                    "logging" => 5,
+                    n => n.parse().map_err(|_| format!("bad phase {n}"))?,
+                })
+            }
+            "chain" => m.chain = true,
+            "t" => {
+                if v.eq_ignore_ascii_case("none") {
+                    m.transforms.clear();
+                } else {
+                    match Transform::by_name(v) {
+                        Some(t) => m.transforms.push(t),
+                        None => {
+                            let sha =
+                                v.eq_ignore_ascii_case("sha1") || v.eq_ignore_ascii_case("md5");
+                            if !sha {
+                                return Err(format!("unknown transformation t:{v}"));
+                            }
+                            // Hashes are only used to compare with other hashes: leaving them
+                            // out compares the values themselves.
+                            warnings.push(format!(
+                                "t:{v} is not supported; values are compared unhashed"
+                            ));
+                        }
+                    }
+                }
+            }
+            "capture" => m.capture = true,
+            "multimatch" => m.multi_match = true,
+            "setvar" => match setvar(v) {
+                Ok(s) => m.setvars.push(s),
+                Err(e) if e.is_empty() => {}
+                Err(e) => return Err(e),
+            },
+            "ctl" => m.ctls.push(ctl(v)?),
+            "pass" => m.disruptive = Some(Disruptive::Pass),
+            "block" => m.disruptive = Some(default_block),
+            "deny" | "drop" | "redirect" => m.disruptive = Some(Disruptive::Deny),
+            "allow" => m.disruptive = Some(Disruptive::Allow),
+            "skipafter" => m.skip_after = Some(v.trim().to_string()),
+            "skip" => m.skip = v.trim().parse().unwrap_or(0),
+            "msg" => m.msg = Some(Param::parse(v)),
+            "logdata" => m.logdata = Some(Param::parse(v)),
+            "severity" => m.severity = severity(v.trim()),
+            "tag" => m.tags.push(v.to_string()),
+            // Metadata and logging, and actions on persistent state this engine does not keep.
+            "ver"
+            | "rev"
+            | "maturity"
+            | "accuracy"
+            | "log"
+            | "nolog"
+            | "auditlog"
+            | "noauditlog"
+            | "status"
+            | "expirevar"
+            | "initcol"
+            | "setsid"
+            | "setuid"
+            | "exec"
+            | "sanitisearg"
+            | "sanitisematched"
+            | "sanitizearg"
+            | "sanitizematched"
+            | "sanitisematchedbytes"
+            | "append"
+            | "prepend"
+            | "proxy"
+            | "pause"
+            | "deprecatevar"
+            | "xmlns"
+            | "setenv"
+            | "setrsc"
+            | "multimatchs" => {}
+            other => warnings.push(format!("action {other} is ignored")),
+        }
+    }
+    Ok(m)
+}
+
+/// Builds the set from directives; `data` reads the data files of `@pmFromFile` and friends.
+pub struct Builder<'a> {
+    data: &'a dyn Fn(&str) -> Result<String, String>,
+    out: Compiled,
+    errors: Vec<Error>,
+    default_block: [Disruptive; 2],
+    /// Chain being built: the starter and its members so far.
+    pending: Vec<(Rule, bool)>,
+    prefix_table: HashMap<Vec<Transform>, u32>,
+}
+
+impl<'a> Builder<'a> {
+    pub fn new(data: &'a dyn Fn(&str) -> Result<String, String>) -> Builder<'a> {
+        Builder {
+            data,
+            out: Compiled::default(),
+            errors: Vec::new(),
+            default_block: [Disruptive::Pass; 2],
+            pending: Vec::new(),
+            prefix_table: HashMap::new(),
+        }
+    }
+
+    pub fn file(&mut self, name: &str, text: &str) {
+        match parse::directives(name, text) {
+            Ok(ds) => {
+                for d in ds {
+                    if let Err(m) = self.directive(&d) {
+                        self.errors.push(Error::at(&d.file, d.line, m));
+                    }
+                }
+            }
+            Err(e) => self.errors.push(e),
+        }
+    }
+
+    pub fn finish(mut self) -> Result<Compiled, Vec<Error>> {
+        if let Some((r, _)) = self.pending.first() {
+            let (f, l) = (r.file.clone(), r.line);
+            self.errors
+                .push(Error::at(&f, l, "chain without a following rule".into()));
+        }
+        if self.errors.is_empty() {
+            self.out.prefixes = self.prefix_table.len() as u32;
+            Ok(self.out)
+        } else {
+            Err(self.errors)
+        }
+    }
+
+    fn prefix_ids(&mut self, ts: &[Transform]) -> Vec<u32> {
+        (1..=ts.len())
+            .map(|n| {
+                let next = self.prefix_table.len() as u32;
+                *self.prefix_table.entry(ts[..n].to_vec()).or_insert(next)
+            })
+            .collect()
+    }
+
+    fn directive(&mut self, d: &Directive) -> Result<(), String> {
+        let arg = |i: usize| d.args.get(i).map(String::as_str).unwrap_or("");
+        match d.name.to_ascii_lowercase().as_str() {
+            "secrule" => {
+                if d.args.len() < 2 {
+                    return Err("SecRule needs variables and an operator".into());
+                }
+                self.rule(d, Some((arg(0), arg(1))), arg(2))
+            }
+            "secaction" => self.rule(d, None, arg(0)),
+            "secmarker" => {
+                let name = arg(0).to_string();
+                for p in &mut self.out.phases {
+                    p.push(Item::Marker(name.clone()));
+                }
+                Ok(())
+            }
+            "secdefaultaction" => {
+                let acts = parse::actions(arg(0))?;
+                let m = meta(&acts, Disruptive::Pass, &mut self.out.warnings)?;
+                let block = match m.disruptive {
+                    Some(Disruptive::Deny) => Disruptive::Deny,
+                    _ => Disruptive::Pass,
+                };
+                match m.phase {
+                    Some(1) => self.default_block[0] = block,
+                    Some(2) => self.default_block[1] = block,
+                    _ => {}
+                }
+                Ok(())
+            }
+            "secruleremovebyid" => {
+                let ranges = id_ranges(&d.args.join(" "))?;
+                self.remove(|r| ranges.iter().any(|&(a, b)| r.id >= a && r.id <= b));
+                Ok(())
+            }
+            "secruleremovebytag" => {
+                let tag = arg(0).to_string();
+                self.remove(|r| r.tags.iter().any(|t| t == &tag));
+                Ok(())
+            }
+            "secruleremovebymsg" => {
+                let msg = arg(0).as_bytes().to_vec();
+                self.remove(|r| {
+                    r.msg
+                        .as_ref()
+                        .and_then(Param::literal)
+                        .is_some_and(|m| m == msg)
+                });
+                Ok(())
+            }
+            "secruleupdatetargetbyid" => {
+                let ranges = id_ranges(arg(0))?;
+                let update = arg(1).to_string();
+                self.update_targets(
+                    |r| ranges.iter().any(|&(a, b)| r.id >= a && r.id <= b),
+                    &update,
+                )
+            }
+            "secruleupdatetargetbytag" => {
+                let tag = arg(0).to_string();
+                let update = arg(1).to_string();
+                self.update_targets(|r| r.tags.iter().any(|t| t == &tag), &update)
+            }
+            "secruleupdateactionbyid" => {
+                let id: u32 = arg(0)
+                    .split(':')
+                    .next()
+                    .unwrap_or("")
+                    .parse()
+                    .map_err(|_| format!("bad id {}", arg(0)))?;
+                let acts = parse::actions(arg(1))?;
+                let m = meta(&acts, self.default_block[1], &mut self.out.warnings)?;
+                for r in self.rules_mut() {
+                    if r.id == id {
+                        if let Some(dis) = m.disruptive {
+                            r.disruptive = dis;
+                        }
+                        if m.severity.is_some() {
+                            r.severity = m.severity;
+                        }
+                        if m.msg.is_some() {
+                            r.msg = m.msg.clone();
+                        }
+                        r.tags.extend(m.tags.iter().cloned());
+                        r.setvars.extend(m.setvars.iter().cloned());
+                    }
+                }
+                Ok(())
+            }
+            "include" => Err("Include is not followed: list the files to load instead".into()),
+            // Engine settings of a web-server module: nothing to do for a request judge.
+            _ => {
+                self.out.warnings.push(format!(
+                    "{}:{}: directive {} is ignored",
+                    d.file, d.line, d.name
+                ));
+                Ok(())
+            }
+        }
+    }
+
+    fn rules_mut(&mut self) -> impl Iterator<Item = &mut Rule> {
+        self.out
+            .phases
+            .iter_mut()
+            .flat_map(|p| p.iter_mut())
+            .filter_map(|i| match i {
+                Item::Rule(r) => Some(r),
+                Item::Marker(_) => None,
+            })
+    }
+
+    fn remove(&mut self, f: impl Fn(&Rule) -> bool) {
+        for p in &mut self.out.phases {
+            p.retain(|i| !matches!(i, Item::Rule(r) if f(r)));
+        }
+    }
+
+    fn update_targets(&mut self, f: impl Fn(&Rule) -> bool, update: &str) -> Result<(), String> {
+        let adds = vars::parse_targets(update)?;
+        let mut excl = Vec::new();
+        for part in update.split('|') {
+            if let Some(p) = part.trim().strip_prefix('!') {
+                excl.push(one_target(p)?);
+            }
+        }
+        for r in self.rules_mut() {
+            if !f(r) {
+                continue;
+            }
+            for (v, s) in &excl {
+                for t in r.targets.iter_mut().filter(|t| t.var == *v) {
+                    t.exclusions.push(s.clone());
+                }
+            }
+            r.targets.extend(adds.iter().cloned());
+        }
+        Ok(())
+    }
+
+    fn rule(
+        &mut self,
+        d: &Directive,
+        vo: Option<(&str, &str)>,
+        actions: &str,
+    ) -> Result<(), String> {
+        let acts = parse::actions(actions)?;
+        let in_chain = !self.pending.is_empty();
+        let phase_hint = self.pending.first().and_then(|(r, _)| Some(r.phase));
+        let def = self.default_block[(phase_hint.unwrap_or(2).clamp(1, 2) - 1) as usize];
+        let m = meta(&acts, def, &mut self.out.warnings)?;
+        let (targets, op, negated) = match vo {
+            Some((v, o)) => {
+                let targets = vars::parse_targets(v)?;
+                let (neg, o) = match o.strip_prefix('!') {
+                    Some(r) => (true, r),
+                    None => (false, o),
+                };
+                let (name, arg) = match o.strip_prefix('@') {
+                    Some(r) => match r.split_once(|c: char| c.is_whitespace()) {
+                        Some((n, a)) => (n, a.trim_start()),
+                        None => (r, ""),
+                    },
+                    None => ("rx", o),
+                };
+                let op = Op::build(name, arg, self.data)?;
+                if crate::ops::NEVER.contains(&name.to_ascii_lowercase().as_str()) {
+                    self.out.warnings.push(format!(
+                        "{}:{}: @{name} is not available here; the rule never matches",
+                        d.file, d.line
+                    ));
+                }
+                (targets, op, neg)
+            }
+            None => (Vec::new(), Op::Unconditional, false),
+        };
+        let phase = if in_chain {
+            phase_hint.unwrap_or(2)
+        } else {
+            m.phase.unwrap_or(2)
+        };
+        let prefix_ids = self.prefix_ids(&m.transforms);
+        let paranoia = m.tags.iter().find_map(|t| {
+            t.strip_prefix("paranoia-level/")
+                .and_then(|n| n.parse().ok())
+        });
+        let rule = Rule {
+            id: m.id,
+            phase,
+            targets,
+            op,
+            negated,
+            transforms: m.transforms,
+            prefix_ids,
+            capture: m.capture,
+            multi_match: m.multi_match,
+            setvars: m.setvars,
+            ctls: m.ctls,
+            disruptive: m.disruptive.unwrap_or(Disruptive::Pass),
+            skip_after: m.skip_after,
+            skip: m.skip,
+            chain: None,
+            msg: m.msg,
+            logdata: m.logdata,
+            severity: m.severity,
+            tags: m.tags,
+            paranoia,
+            file: d.file.clone(),
+            line: d.line,
+        };
+        if !in_chain && rule.id == 0 {
+            return Err("rule without an id".into());
+        }
+        self.pending.push((rule, m.chain));
+        if m.chain {
+            return Ok(());
+        }
+        // Link the chain back to front.
+        let mut members = std::mem::take(&mut self.pending);
+        let (mut tail, _) = members.pop().unwrap();
+        while let Some((mut r, _)) = members.pop() {
+            r.chain = Some(Box::new(tail));
+            tail = r;
+        }
+        match tail.phase {
+            1 => self.out.phases[0].push(Item::Rule(tail)),
+            2 => self.out.phases[1].push(Item::Rule(tail)),
+            // Response and logging phases are not a request judge's business.
+            _ => {}
+        }
+        Ok(())
+    }
+}

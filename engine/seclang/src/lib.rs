@@ -1,0 +1,142 @@
+//! A native engine for the request-phase subset of ModSecurity's rule language (SecLang) that the
+//! OWASP Core Rule Set (CRS) is written in: `SecRule` with its variables, operators,
+//! transformations, chains, `setvar` anomaly scoring, `skipAfter` paranoia-level gates, `ctl`
+//! runtime exclusions, and the configuration-time exclusions `SecRuleRemoveById`,
+//! `SecRuleRemoveByTag` and `SecRuleUpdateTargetById`/`ByTag`.
+//!
+//! It does no I/O: the caller hands it the text of each rule file and a function that reads the
+//! data files `@pmFromFile` names. Rules of the response and logging phases are dropped at load;
+//! persistent collections (`IP`, `GLOBAL`, `SESSION`) and the network operators (`@rbl`,
+//! `@geoLookup`) are not kept (their rules never match, and loading lists them as warnings).
+//!
+//! Regexes are compiled by the `regex` crate over bytes with PCRE's default (non-UTF) classes,
+//! dot-all and multi-line, as ModSecurity v3 compiles them. Patterns it cannot read (look-around,
+//! back-references) are load errors that name the file and line; the CRS v4 regexes are built to
+//! avoid them, and the few in CRS 3.3 are reported so an operator can exclude those rules.
+
+mod bestfit;
+pub mod body;
+pub mod compile;
+mod eval;
+pub mod ops;
+pub mod parse;
+pub mod transform;
+pub mod vars;
+
+use compile::{Builder, Compiled, Item};
+
+/// A load error, located.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{file}:{line}: {message}")]
+pub struct Error {
+    pub file: String,
+    pub line: usize,
+    pub message: String,
+}
+
+impl Error {
+    pub fn at(file: &str, line: usize, message: String) -> Error {
+        Error {
+            file: file.to_string(),
+            line,
+            message,
+        }
+    }
+}
+
+/// The request a transaction judges.
+#[derive(Debug, Clone, Default)]
+pub struct Request<'a> {
+    pub method: &'a str,
+    /// Path and query as sent (`/a/b?x=1`).
+    pub uri: &'a str,
+    pub protocol: &'a str,
+    pub headers: Vec<(&'a str, &'a str)>,
+    pub body: &'a [u8],
+    pub remote_addr: &'a str,
+}
+
+/// A rule with a severity that matched.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Matched {
+    pub id: u32,
+    pub severity: Option<u8>,
+    /// From the rule's `paranoia-level/N` tag.
+    pub paranoia: Option<u8>,
+    pub msg: String,
+    /// The variable that matched last (`ARGS:q`).
+    pub var: String,
+    pub data: String,
+}
+
+/// What a transaction found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    pub matched: Vec<Matched>,
+    /// The rule whose `deny`/`drop` (or `block` under a denying default) stopped the transaction,
+    /// e.g. CRS's inbound anomaly score check (949110).
+    pub interrupted: Option<u32>,
+    /// A rule whose `allow` ended evaluation.
+    pub allowed: Option<u32>,
+    /// The inbound anomaly score the rules computed (`tx.blocking_inbound_anomaly_score` in CRS
+    /// v4, `tx.anomaly_score` in 3.x).
+    pub score: i64,
+}
+
+/// A compiled rule set, shared by every thread.
+#[derive(Debug)]
+pub struct Ruleset {
+    compiled: Compiled,
+}
+
+impl Ruleset {
+    /// Compiles `files` (name, text) in order. Every error is returned, located.
+    pub fn build(
+        files: &[(String, String)],
+        data: &dyn Fn(&str) -> Result<String, String>,
+    ) -> Result<Ruleset, Vec<Error>> {
+        let mut b = Builder::new(data);
+        for (name, text) in files {
+            b.file(name, text);
+        }
+        Ok(Ruleset {
+            compiled: b.finish()?,
+        })
+    }
+
+    /// Judges one request.
+    pub fn evaluate(&self, req: &Request<'_>) -> Outcome {
+        eval::Tx::new(self, req).run()
+    }
+
+    /// Things loading ignored or could not honour (directives, actions, operators).
+    pub fn warnings(&self) -> &[String] {
+        &self.compiled.warnings
+    }
+
+    /// Number of rules (chains count once) of the request phases.
+    pub fn rule_count(&self) -> usize {
+        self.compiled
+            .phases
+            .iter()
+            .flatten()
+            .filter(|i| matches!(i, Item::Rule(_)))
+            .count()
+    }
+
+    /// Ids of the rules loaded, in evaluation order.
+    pub fn rule_ids(&self) -> Vec<u32> {
+        self.compiled
+            .phases
+            .iter()
+            .flatten()
+            .filter_map(|i| match i {
+                Item::Rule(r) => Some(r.id),
+                Item::Marker(_) => None,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

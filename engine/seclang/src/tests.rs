@@ -1,0 +1,248 @@
+use super::*;
+
+fn set(text: &str) -> Ruleset {
+    Ruleset::build(&[("t.conf".into(), text.into())], &|f| match f {
+        "words.data" => Ok("# c\nunion select\nsleep(\n".into()),
+        _ => Err(format!("{f}: not found")),
+    })
+    .unwrap_or_else(|e| panic!("{e:?}"))
+}
+
+fn req<'a>(
+    method: &'a str,
+    uri: &'a str,
+    headers: &[(&'a str, &'a str)],
+    body: &'a [u8],
+) -> Request<'a> {
+    Request {
+        method,
+        uri,
+        protocol: "HTTP/1.1",
+        headers: headers.to_vec(),
+        body,
+        remote_addr: "203.0.113.7",
+    }
+}
+
+const SCORING: &str = r#"
+SecAction "id:900000,phase:1,pass,nolog,setvar:tx.paranoia_level=1,setvar:tx.threshold=5"
+SecRule TX:PARANOIA_LEVEL "@lt 1" "id:9001,phase:2,pass,nolog,skipAfter:END-DETECT"
+SecRule ARGS|ARGS_NAMES|REQUEST_COOKIES "@rx (?i)\bunion\b.{1,100}?\bselect\b" \
+    "id:942100,phase:2,block,capture,t:none,t:urlDecodeUni,t:lowercase,\
+    msg:'SQLi',logdata:'Matched %{TX.0} in %{MATCHED_VAR_NAME}',severity:'CRITICAL',\
+    tag:'paranoia-level/1',setvar:'tx.anomaly_score=+5'"
+SecRule ARGS "@pmFromFile words.data" "id:942101,phase:2,block,t:none,severity:'WARNING',setvar:'tx.anomaly_score=+3'"
+SecMarker "END-DETECT"
+SecRule TX:ANOMALY_SCORE "@ge %{tx.threshold}" "id:949110,phase:2,deny,t:none,msg:'Score %{TX.ANOMALY_SCORE}',severity:'CRITICAL'"
+"#;
+
+#[test]
+fn anomaly_scoring_blocks_an_attack_and_passes_benign_input() {
+    let rs = set(SCORING);
+    let o = rs.evaluate(&req("GET", "/s?q=1%20UNION%20ALL%20SELECT%20pw", &[], b""));
+    assert_eq!(o.interrupted, Some(949110));
+    assert_eq!(o.score, 5);
+    assert_eq!(o.matched[0].id, 942100);
+    assert_eq!(o.matched[0].var, "ARGS:q");
+    assert_eq!(o.matched[0].data, "Matched union all select in ARGS:q");
+    let o = rs.evaluate(&req("GET", "/s?q=shoes+size+42", &[], b""));
+    assert_eq!(o.interrupted, None);
+    assert!(o.matched.is_empty());
+}
+
+#[test]
+fn bodies_are_parsed_by_content_type() {
+    let rs = set(SCORING);
+    let form = req(
+        "POST",
+        "/p",
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        b"a=x&b=1+union+select+2",
+    );
+    assert_eq!(rs.evaluate(&form).interrupted, Some(949110));
+    let json = req(
+        "POST",
+        "/p",
+        &[("content-type", "application/json")],
+        br#"{"a":{"b":"1 union select 2"}}"#,
+    );
+    let o = rs.evaluate(&json);
+    assert_eq!(o.matched[0].var, "ARGS:json.a.b");
+    let cookie = req("GET", "/", &[("Cookie", "sid=1 union select 2")], b"");
+    assert_eq!(rs.evaluate(&cookie).interrupted, Some(949110));
+}
+
+#[test]
+fn warnings_add_up_to_the_threshold() {
+    let rs = set(SCORING);
+    let o = rs.evaluate(&req("GET", "/?a=sleep(5)", &[], b""));
+    assert_eq!((o.score, o.interrupted), (3, None));
+}
+
+#[test]
+fn paranoia_gate_skips_detection() {
+    let rs = set(&SCORING.replace("tx.paranoia_level=1", "tx.paranoia_level=0"));
+    assert_eq!(
+        rs.evaluate(&req("GET", "/?q=union+select", &[], b""))
+            .interrupted,
+        None
+    );
+}
+
+#[test]
+fn exclusions_at_load_and_at_run_time() {
+    let removed = format!("{SCORING}\nSecRuleRemoveById 942100\n");
+    assert_eq!(
+        set(&removed)
+            .evaluate(&req("GET", "/?q=union+select", &[], b""))
+            .interrupted,
+        None
+    );
+    let updated = format!("{SCORING}\nSecRuleUpdateTargetById 942100 \"!ARGS:q\"\n");
+    let rs = set(&updated);
+    assert_eq!(
+        rs.evaluate(&req("GET", "/?q=union+select", &[], b""))
+            .interrupted,
+        None
+    );
+    assert_eq!(
+        rs.evaluate(&req("GET", "/?r=union+select", &[], b""))
+            .interrupted,
+        Some(949110)
+    );
+    let ctl = format!(
+        "SecRule REQUEST_FILENAME \"@streq /search\" \"id:1000,phase:1,pass,nolog,ctl:ruleRemoveTargetById=942100;ARGS:q\"\n{SCORING}"
+    );
+    let rs = set(&ctl);
+    assert_eq!(
+        rs.evaluate(&req("GET", "/search?q=union+select", &[], b""))
+            .interrupted,
+        None
+    );
+    assert_eq!(
+        rs.evaluate(&req("GET", "/other?q=union+select", &[], b""))
+            .interrupted,
+        Some(949110)
+    );
+}
+
+#[test]
+fn chains_need_every_member() {
+    let rs = set(r#"
+SecRule REQUEST_METHOD "@streq POST" "id:1,phase:1,deny,chain,severity:'CRITICAL'"
+    SecRule &REQUEST_HEADERS:Content-Type "@eq 0" "t:none"
+"#);
+    assert_eq!(
+        rs.evaluate(&req("POST", "/", &[], b"")).interrupted,
+        Some(1)
+    );
+    assert_eq!(
+        rs.evaluate(&req("POST", "/", &[("content-type", "text/plain")], b""))
+            .interrupted,
+        None
+    );
+    assert_eq!(rs.evaluate(&req("GET", "/", &[], b"")).interrupted, None);
+}
+
+#[test]
+fn captures_and_macros_feed_later_members() {
+    let rs = set(r#"
+SecRule REQUEST_HEADERS:Host "@rx ^([^:]+)" "id:2,phase:1,deny,capture,chain,severity:'CRITICAL'"
+    SecRule REQUEST_HEADERS:Referer "!@contains %{tx.1}"
+"#);
+    let h = [
+        ("Host", "shop.example:443"),
+        ("Referer", "https://evil.example/"),
+    ];
+    assert_eq!(rs.evaluate(&req("GET", "/", &h, b"")).interrupted, Some(2));
+    let h = [
+        ("Host", "shop.example"),
+        ("Referer", "https://shop.example/x"),
+    ];
+    assert_eq!(rs.evaluate(&req("GET", "/", &h, b"")).interrupted, None);
+}
+
+#[test]
+fn load_errors_are_located() {
+    let e = Ruleset::build(
+        &[("bad.conf".into(), "SecRule ARGS \"@rx a\" \"id:1,phase:2\"\nSecRule ARGS \"@nope x\" \"id:2\"\nSecRule ARGZ \"x\" \"id:3\"\n".into())],
+        &|_| Err("no".into()),
+    )
+    .unwrap_err();
+    assert_eq!(e.len(), 2);
+    assert_eq!((e[0].line, e[1].line), (2, 3));
+    assert!(e[0].message.contains("unknown operator"));
+}
+
+#[test]
+fn libinjection_operators() {
+    let rs = set(r#"
+SecRule ARGS "@detectSQLi" "id:3,phase:2,deny,severity:'CRITICAL'"
+SecRule ARGS "@detectXSS" "id:4,phase:2,deny,severity:'CRITICAL'"
+"#);
+    assert_eq!(
+        rs.evaluate(&req("GET", "/?a=1'+or+'1'%3D'1", &[], b""))
+            .interrupted,
+        Some(3)
+    );
+    assert_eq!(
+        rs.evaluate(&req(
+            "GET",
+            "/?a=%3Cscript%3Ealert(1)%3C/script%3E",
+            &[],
+            b""
+        ))
+        .interrupted,
+        Some(4)
+    );
+    assert_eq!(
+        rs.evaluate(&req("GET", "/?a=O%27Brien", &[], b""))
+            .interrupted,
+        None
+    );
+}
+
+/// Loads a CRS directory named by `CRS_DIR` (e.g. Debian's /usr/share/modsecurity-crs/rules) and
+/// reports how many rules compiled.
+#[test]
+#[ignore]
+fn load_crs_dir() {
+    let dir = std::env::var("CRS_DIR").expect("CRS_DIR");
+    let mut files = Vec::new();
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    files.push((
+        "setup.conf".to_string(),
+        "SecAction \"id:900990,phase:1,pass,nolog,setvar:tx.crs_setup_version=340\"".to_string(),
+    ));
+    for p in names {
+        let n = p.file_name().unwrap().to_string_lossy().to_string();
+        if n.starts_with("REQUEST-") && n.ends_with(".conf") {
+            files.push((n, std::fs::read_to_string(&p).unwrap()));
+        }
+    }
+    let d = dir.clone();
+    match Ruleset::build(&files, &move |f| {
+        std::fs::read_to_string(format!("{d}/{f}")).map_err(|e| e.to_string())
+    }) {
+        Ok(rs) => {
+            println!(
+                "{} rules; {} warnings",
+                rs.rule_count(),
+                rs.warnings().len()
+            );
+            for w in rs.warnings() {
+                println!("  {w}");
+            }
+        }
+        Err(es) => {
+            for e in &es {
+                println!("{e}");
+            }
+            panic!("{} errors", es.len());
+        }
+    }
+}
