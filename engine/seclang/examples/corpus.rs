@@ -27,7 +27,11 @@ fn main() {
     names.sort();
     for p in names {
         let n = p.file_name().unwrap().to_string_lossy().to_string();
-        if n.starts_with("REQUEST-") && n.ends_with(".conf") {
+        let skip = std::env::var("SKIP").unwrap_or_default();
+        if n.starts_with("REQUEST-")
+            && n.ends_with(".conf")
+            && !skip.split(',').any(|s| !s.is_empty() && n.contains(s))
+        {
             files.push((n, std::fs::read_to_string(&p).unwrap()));
         }
     }
@@ -62,6 +66,21 @@ fn main() {
             body: body.as_bytes(),
             remote_addr: "203.0.113.10",
         };
+        let repeat: usize = std::env::var("REPEAT")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(1);
+        if repeat > 1 {
+            let t = Instant::now();
+            for _ in 0..repeat {
+                std::hint::black_box(rs.evaluate(&req));
+            }
+            println!(
+                "{} {:.1} µs",
+                s("id"),
+                t.elapsed().as_secs_f64() * 1e6 / repeat as f64
+            );
+        }
         let o = rs.evaluate(&req);
         n += 1;
         // FTW=1: did the test's own rule fire (what the CRS regression suite checks)?

@@ -4,6 +4,9 @@
 
 use crate::transform::url_decode;
 
+/// Values without keys.
+pub type Values = Vec<Vec<u8>>;
+
 /// Name/value pairs (bytes, decoded).
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -211,7 +214,7 @@ pub fn find(h: &[u8], n: &[u8]) -> Option<usize> {
 
 /// The text nodes (`XML:/*`) and attribute values (`XML://@*`) of an XML document, entities
 /// decoded. Returns None for a document that is not well formed enough to read.
-pub fn xml(body: &[u8]) -> Option<(Vec<Vec<u8>>, Vec<Vec<u8>>)> {
+pub fn xml(body: &[u8]) -> Option<(Values, Values)> {
     let mut texts = Vec::new();
     let mut attrs = Vec::new();
     let mut i = 0;

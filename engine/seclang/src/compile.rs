@@ -52,6 +52,13 @@ pub struct Rule {
     /// Id of each prefix of `transforms` in the set's prefix table (for the per-transaction
     /// transformation cache); `transforms.len()` entries.
     pub prefix_ids: Vec<u32>,
+    /// Where an `@rx` with required literals sits in the prefilters (see `prefilter`).
+    pub prefilter: Option<Prefilter>,
+    /// Byte classes (`transform::flags`) its transformations act on.
+    pub sensitive: u16,
+    /// The parts (see [`part_of`]) the rule reads, so a transaction can skip it when no value
+    /// there can pass its prefilter; 0 when it reads something else (TX, counts).
+    pub parts: u64,
     pub capture: bool,
     pub multi_match: bool,
     pub setvars: Vec<SetVar>,
@@ -72,7 +79,7 @@ pub struct Rule {
 /// A rule or a marker (`SecMarker`), in the order of a phase.
 #[derive(Debug)]
 pub enum Item {
-    Rule(Rule),
+    Rule(Box<Rule>),
     Marker(String),
 }
 
@@ -82,6 +89,212 @@ pub struct Compiled {
     pub phases: [Vec<Item>; 2],
     pub warnings: Vec<String>,
     pub prefixes: u32,
+    pub groups: Vec<Group>,
+    /// The literals of every prefiltered rule, for raw values: literal → rule bits (by
+    /// `Prefilter::global`, 64 to a word).
+    pub global: Option<(aho_corasick::AhoCorasick, Vec<LiteralBits>)>,
+    pub global_words: usize,
+}
+
+/// Parts 0..16 are the keyed collections' values (even) and keys (odd), by `eval::Col`; part
+/// 16 + n is the single variable with discriminant n.
+pub const KEYED_PARTS: u32 = 16;
+
+/// The parts a target reads, or None if it reads what the prefilter does not see.
+pub fn part_of(t: &crate::vars::Target) -> Option<u64> {
+    use crate::vars::Var::*;
+    if t.count {
+        return None;
+    }
+    // eval::Col order: ArgsGet, ArgsPost, Headers, Cookies, Files, PartHeaders, Xml, XmlAttrs.
+    let keyed = |cols: &[u32], name: u32| cols.iter().fold(0u64, |m, c| m | 1 << (c * 2 + name));
+    Some(match t.var {
+        Args => keyed(&[0, 1], 0),
+        ArgsNames => keyed(&[0, 1], 1),
+        ArgsGet => keyed(&[0], 0),
+        ArgsGetNames => keyed(&[0], 1),
+        ArgsPost => keyed(&[1], 0),
+        ArgsPostNames => keyed(&[1], 1),
+        RequestHeaders => keyed(&[2], 0),
+        RequestHeadersNames => keyed(&[2], 1),
+        RequestCookies => keyed(&[3], 0),
+        RequestCookiesNames => keyed(&[3], 1),
+        Files | MultipartFilename => keyed(&[4], 0),
+        FilesNames | MultipartName => keyed(&[4], 1),
+        MultipartPartHeaders => keyed(&[5], 0),
+        Xml => keyed(&[6, 7], 0),
+        Tx | MatchedVar | MatchedVars | MatchedVarName | MatchedVarsNames => return None,
+        Unsupported => 0,
+        v => {
+            let n = KEYED_PARTS + v as u32;
+            if n >= 64 {
+                return None;
+            }
+            1 << n
+        }
+    })
+}
+
+/// The rules (word index, bits) that need one literal.
+pub type LiteralBits = Vec<(u32, u64)>;
+
+/// Literals of one rule: (its index in evaluation order, its literals).
+type RuleLiterals = (usize, Vec<Vec<u8>>);
+
+/// A rule's place in the prefilters.
+#[derive(Debug, Clone, Copy)]
+pub struct Prefilter {
+    /// Group of its transformation chain, and its bit there.
+    pub group: u32,
+    pub bit: u32,
+    /// Its bit in the set-wide automaton over raw values.
+    pub global: u32,
+    /// Byte classes (`transform::flags`) its chain is sensitive to: a value with none of them
+    /// is judged by the raw-value automaton.
+    pub sensitive: u16,
+}
+
+/// The required literals of up to 128 `@rx` rules that share a transformation chain, in one
+/// automaton: one pass over a transformed value tells which of them can match it.
+#[derive(Debug)]
+pub struct Group {
+    pub ac: aho_corasick::AhoCorasick,
+    /// For each literal, the rules (bits) that need it.
+    pub pattern_bits: Vec<u128>,
+}
+
+/// Gives every non-negated `@rx` rule (chain members included) with required literals a bit in
+/// the group of its transformation chain.
+fn prefilters(c: &mut Compiled) {
+    fn visit(r: &mut Rule, f: &mut impl FnMut(&mut Rule)) {
+        f(r);
+        if let Some(next) = r.chain.as_deref_mut() {
+            visit(next, f);
+        }
+    }
+    let mut each = |f: &mut dyn FnMut(&mut Rule)| {
+        for p in &mut c.phases {
+            for it in p.iter_mut() {
+                if let Item::Rule(r) = it {
+                    visit(r, &mut |x| f(x));
+                }
+            }
+        }
+    };
+    // (byte classes its chain acts on, its literals, its chain)
+    #[allow(clippy::type_complexity)]
+    let mut rules: Vec<(u16, Option<Vec<Vec<u8>>>, u32)> = Vec::new();
+    each(&mut |r| {
+        let literals = match &r.op {
+            _ if r.negated => None,
+            Op::Rx(crate::ops::Rx::Fast(re)) => crate::prefilter::required(re.as_str()),
+            // A phrase list is its own literal set.
+            Op::Pm(_, words) if !words.is_empty() => Some(words.clone()),
+            _ => None,
+        };
+        let sensitive = r.transforms.iter().fold(0, |m, t| m | t.sensitive());
+        rules.push((
+            sensitive,
+            literals,
+            r.prefix_ids.last().copied().unwrap_or(u32::MAX),
+        ));
+    });
+    let mut by_chain: HashMap<u32, Vec<RuleLiterals>> = HashMap::new();
+    for (k, (_, lits, chain)) in rules.iter_mut().enumerate() {
+        if let Some(lits) = lits.take() {
+            by_chain.entry(*chain).or_default().push((k, lits));
+        }
+    }
+    let mut assign: Vec<Option<Prefilter>> = vec![None; rules.len()];
+    let mut global_lits: Vec<Vec<u8>> = Vec::new();
+    let mut global_bits: Vec<Vec<(u32, u64)>> = Vec::new();
+    let mut next_global = 0u32;
+    let mut chains: Vec<_> = by_chain.into_iter().collect();
+    chains.sort_by_key(|(c, _)| *c);
+    for (_, members) in chains {
+        for part in members.chunks(128) {
+            let mut lits: Vec<Vec<u8>> = Vec::new();
+            let mut bits: Vec<u128> = Vec::new();
+            for (bit, (_, ls)) in part.iter().enumerate() {
+                for l in ls {
+                    match lits.iter().position(|x| x == l) {
+                        Some(p) => bits[p] |= 1 << bit,
+                        None => {
+                            lits.push(l.clone());
+                            bits.push(1 << bit);
+                        }
+                    }
+                }
+            }
+            let Ok(ac) = aho_corasick::AhoCorasickBuilder::new()
+                .ascii_case_insensitive(true)
+                .match_kind(aho_corasick::MatchKind::Standard)
+                .build(&lits)
+            else {
+                continue;
+            };
+            let group = c.groups.len() as u32;
+            c.groups.push(Group {
+                ac,
+                pattern_bits: bits,
+            });
+            for (bit, (k, ls)) in part.iter().enumerate() {
+                let global = next_global;
+                next_global += 1;
+                for l in ls {
+                    let p = match global_lits.iter().position(|x| x == l) {
+                        Some(p) => p,
+                        None => {
+                            global_lits.push(l.clone());
+                            global_bits.push(Vec::new());
+                            global_lits.len() - 1
+                        }
+                    };
+                    let (w, b) = (global / 64, 1u64 << (global % 64));
+                    match global_bits[p].iter_mut().find(|(x, _)| *x == w) {
+                        Some(e) => e.1 |= b,
+                        None => global_bits[p].push((w, b)),
+                    }
+                }
+                assign[*k] = Some(Prefilter {
+                    group,
+                    bit: bit as u32,
+                    global,
+                    sensitive: rules[*k].0,
+                });
+            }
+        }
+    }
+    let mut k = 0;
+    let mut groups = std::mem::take(&mut c.groups);
+    let mut each = |f: &mut dyn FnMut(&mut Rule)| {
+        for p in &mut c.phases {
+            for it in p.iter_mut() {
+                if let Item::Rule(r) = it {
+                    visit(r, &mut |x| f(x));
+                }
+            }
+        }
+    };
+    each(&mut |r| {
+        r.prefilter = assign[k];
+        k += 1;
+        r.parts = r
+            .targets
+            .iter()
+            .map(part_of)
+            .try_fold(0u64, |m, p| p.map(|p| m | p))
+            .unwrap_or(0);
+    });
+    c.groups.append(&mut groups);
+    c.global_words = next_global.div_ceil(64) as usize;
+    c.global = aho_corasick::AhoCorasickBuilder::new()
+        .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+        .ascii_case_insensitive(true)
+        .match_kind(aho_corasick::MatchKind::Standard)
+        .build(&global_lits)
+        .ok()
+        .map(|ac| (ac, global_bits));
 }
 
 fn severity(s: &str) -> Option<u8> {
@@ -329,6 +542,9 @@ impl<'a> Builder<'a> {
         }
         if self.errors.is_empty() {
             self.out.prefixes = self.prefix_table.len() as u32;
+            if std::env::var_os("SECLANG_NO_PREFILTER").is_none() {
+                prefilters(&mut self.out);
+            }
             Ok(self.out)
         } else {
             Err(self.errors)
@@ -452,7 +668,7 @@ impl<'a> Builder<'a> {
             .iter_mut()
             .flat_map(|p| p.iter_mut())
             .filter_map(|i| match i {
-                Item::Rule(r) => Some(r),
+                Item::Rule(r) => Some(&mut **r),
                 Item::Marker(_) => None,
             })
     }
@@ -493,7 +709,7 @@ impl<'a> Builder<'a> {
     ) -> Result<(), String> {
         let acts = parse::actions(actions)?;
         let in_chain = !self.pending.is_empty();
-        let phase_hint = self.pending.first().and_then(|(r, _)| Some(r.phase));
+        let phase_hint = self.pending.first().map(|(r, _)| r.phase);
         let def = self.default_block[(phase_hint.unwrap_or(2).clamp(1, 2) - 1) as usize];
         let m = meta(&acts, def, &mut self.out.warnings)?;
         let (targets, op, negated) = match vo {
@@ -527,6 +743,7 @@ impl<'a> Builder<'a> {
             m.phase.unwrap_or(2)
         };
         let prefix_ids = self.prefix_ids(&m.transforms);
+        let sensitive = m.transforms.iter().fold(0, |a, t| a | t.sensitive());
         let paranoia = m.tags.iter().find_map(|t| {
             t.strip_prefix("paranoia-level/")
                 .and_then(|n| n.parse().ok())
@@ -539,6 +756,9 @@ impl<'a> Builder<'a> {
             negated,
             transforms: m.transforms,
             prefix_ids,
+            prefilter: None,
+            parts: 0,
+            sensitive,
             capture: m.capture,
             multi_match: m.multi_match,
             setvars: m.setvars,
@@ -570,8 +790,8 @@ impl<'a> Builder<'a> {
             tail = r;
         }
         match tail.phase {
-            1 => self.out.phases[0].push(Item::Rule(tail)),
-            2 => self.out.phases[1].push(Item::Rule(tail)),
+            1 => self.out.phases[0].push(Item::Rule(Box::new(tail))),
+            2 => self.out.phases[1].push(Item::Rule(Box::new(tail))),
             // Response and logging phases are not a request judge's business.
             _ => {}
         }

@@ -1,48 +1,93 @@
 //! One transaction: the request's collections, the TX collection, and the walk over the rules of
 //! phases 1 and 2 with chains, `skipAfter`, `ctl` exclusions, captures and `setvar`.
+//!
+//! Every member of every collection gets a slot number when the transaction starts; transformed
+//! values and prefilter results are cached per slot, so rules sharing a transformation chain (most
+//! of the CRS) transform each value once and test each prefilter group once.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::Range;
 use std::rc::Rc;
 
 use crate::body::{self, Pairs};
 use crate::compile::{Ctl, Disruptive, Item, Rule, SetVar};
 use crate::ops::{self, NumOp, Op, Param, Part};
+use crate::transform::Transform;
 use crate::vars::{Selector, Target, Var};
 use crate::{Matched, Outcome, Request, Ruleset};
 
-/// Where a value lives: a keyed collection's member, a single variable, or a copy (TX and
-/// MATCHED_VARS change while rules run, so they are read as copies).
+/// Where a value lives: a member of a keyed collection (its value, or its key for the `_NAMES`
+/// variables), a single variable, or a copy (TX and MATCHED_VARS change while rules run).
 enum Ref {
-    Slot(Var, u32),
+    Member { i: u32, name: bool, var: Var },
+    Single(Var),
     Copy(Vec<u8>, Vec<u8>),
 }
 
 const N_VARS: usize = Var::Unsupported as usize + 1;
 
-/// Attribute values of an XML body live in the `Unsupported` slot, which no rule reads.
-const XML_ATTRS: Var = Var::Unsupported;
+/// The keyed collections, as ranges of `Tx::members`.
+#[derive(Clone, Copy)]
+enum Col {
+    ArgsGet,
+    ArgsPost,
+    Headers,
+    Cookies,
+    Files,
+    PartHeaders,
+    Xml,
+    XmlAttrs,
+}
+const N_COLS: usize = 8;
+
+/// FxHash: the cache keys are slot and group numbers the engine makes, not attacker input.
+#[derive(Default)]
+struct Fx(u64);
+
+impl Hasher for Fx {
+    fn write(&mut self, b: &[u8]) {
+        for &x in b {
+            self.write_u64(x as u64);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
+
+/// A `ctl:ruleRemoveTarget…` in force: (rule ids, or tag), the variable and key it removes.
+type RemovedTarget = (Option<Vec<(u32, u32)>>, Option<String>, Var, Selector);
 
 pub(crate) struct Tx<'r> {
     rs: &'r Ruleset,
-    args: Pairs,
-    get_len: usize,
-    headers: Pairs,
-    cookies: Pairs,
-    files: Pairs,
-    part_headers: Pairs,
-    /// XML text nodes (`XML:/*`) and attribute values (`XML://@*`), keyed by nothing.
-    xml: Pairs,
-    xml_attrs: Pairs,
+    members: Pairs,
+    cols: [Range<u32>; N_COLS],
     singles: Vec<Vec<u8>>,
-    tx: HashMap<Vec<u8>, Vec<u8>>,
+    tx: TxVars<'r>,
     matched_var: Vec<u8>,
     matched_var_name: Vec<u8>,
     matched_vars: Pairs,
     removed_ids: Vec<(u32, u32)>,
     removed_tags: Vec<String>,
-    removed_targets: Vec<(Option<Vec<(u32, u32)>>, Option<String>, Var, Selector)>,
-    cache: HashMap<(u32, u32, u32), Rc<[u8]>>,
+    removed_targets: Vec<RemovedTarget>,
+    /// (slot << 32 | transformation prefix id) → the value after that prefix.
+    tcache: FxMap<u64, Rc<[u8]>>,
+    /// (slot << 32 | prefilter group) → which of the group's rules may match.
+    pcache: FxMap<u64, u128>,
+    /// (regex selector, member) → whether the selector takes the member's key.
+    excl: std::cell::RefCell<FxMap<u64, bool>>,
+    /// Per part (see `compile::part_of`): byte classes and prefilter bits of all its values.
+    parts: Vec<Option<(u16, Box<[u64]>)>>,
+    /// Per slot: byte classes and raw-value prefilter bits.
+    slots: Vec<Option<(u16, Box<[u64]>)>>,
+    refs: Vec<Ref>,
     rule_id: u32,
     rule_msg: Vec<u8>,
     out: Outcome,
@@ -51,6 +96,12 @@ pub(crate) struct Tx<'r> {
 
 fn lower(s: &[u8]) -> Vec<u8> {
     s.to_ascii_lowercase()
+}
+
+fn push_range(members: &mut Pairs, items: Pairs) -> Range<u32> {
+    let a = members.len() as u32;
+    members.extend(items);
+    a..members.len() as u32
 }
 
 impl<'r> Tx<'r> {
@@ -65,9 +116,9 @@ impl<'r> Tx<'r> {
             Some(p) => &path[..p],
             None => path,
         };
-        let mut args = Pairs::new();
-        body::urlencoded(query, &mut args);
-        let get_len = args.len();
+        let mut members = Pairs::new();
+        let mut get = Pairs::new();
+        body::urlencoded(query, &mut get);
         let mut headers = Pairs::new();
         let mut cookies = Pairs::new();
         let mut ctype = String::new();
@@ -81,6 +132,7 @@ impl<'r> Tx<'r> {
                 ctype_raw = v;
             }
         }
+        let mut post = Pairs::new();
         let mut files = Pairs::new();
         let mut part_headers = Pairs::new();
         let mut xml = Pairs::new();
@@ -95,7 +147,7 @@ impl<'r> Tx<'r> {
             if ctype.starts_with("multipart/") {
                 processor = b"MULTIPART";
                 let m = body::multipart(ctype_raw, b);
-                args.extend(m.args);
+                post = m.args;
                 files = m.files;
                 part_headers = m
                     .part_headers
@@ -110,7 +162,7 @@ impl<'r> Tx<'r> {
                 }
             } else if ctype.contains("json") || (ctype.is_empty() && looks_json) {
                 processor = b"JSON";
-                if !body::json(b, &mut args) {
+                if !body::json(b, &mut post) {
                     singles[Var::ReqbodyError as usize] = b"1".to_vec();
                     singles[Var::ReqbodyErrorMsg as usize] = b"JSON parsing error".to_vec();
                 }
@@ -128,9 +180,24 @@ impl<'r> Tx<'r> {
                 }
             } else if ctype.starts_with("application/x-www-form-urlencoded") || ctype.is_empty() {
                 processor = b"URLENCODED";
-                body::urlencoded(b, &mut args);
+                body::urlencoded(b, &mut post);
             }
         }
+        let combined: usize = get
+            .iter()
+            .chain(post.iter())
+            .map(|(k, v)| k.len() + v.len())
+            .sum();
+        let cols = [
+            push_range(&mut members, get),
+            push_range(&mut members, post),
+            push_range(&mut members, headers),
+            push_range(&mut members, cookies),
+            push_range(&mut members, files),
+            push_range(&mut members, part_headers),
+            push_range(&mut members, xml),
+            push_range(&mut members, xml_attrs),
+        ];
         for v in [
             Var::MultipartStrictError,
             Var::MultipartUnmatchedBoundary,
@@ -164,33 +231,39 @@ impl<'r> Tx<'r> {
         singles[Var::RequestBodyLength as usize] = b.len().to_string().into_bytes();
         singles[Var::RemoteAddr as usize] = req.remote_addr.as_bytes().to_vec();
         singles[Var::UniqueId as usize] = b"0".to_vec();
-        let combined: usize = args.iter().map(|(k, v)| k.len() + v.len()).sum();
         singles[Var::ArgsCombinedSize as usize] = combined.to_string().into_bytes();
         singles[Var::FilesCombinedSize as usize] = b"0".to_vec();
         Tx {
             rs,
-            args,
-            get_len,
-            headers,
-            cookies,
-            files,
-            part_headers,
-            xml,
-            xml_attrs,
+            members,
+            cols,
             singles,
-            tx: HashMap::new(),
+            tx: TxVars {
+                base: &rs.initial_tx,
+                over: HashMap::new(),
+            },
             matched_var: Vec::new(),
             matched_var_name: Vec::new(),
             matched_vars: Pairs::new(),
             removed_ids: Vec::new(),
             removed_tags: Vec::new(),
             removed_targets: Vec::new(),
-            cache: HashMap::new(),
+            tcache: FxMap::with_capacity_and_hasher(256, Default::default()),
+            pcache: FxMap::with_capacity_and_hasher(64, Default::default()),
+            slots: Vec::new(),
+            parts: vec![None; 64],
+            excl: std::cell::RefCell::new(FxMap::with_capacity_and_hasher(64, Default::default())),
+            refs: Vec::new(),
             rule_id: 0,
             rule_msg: Vec::new(),
             out: Outcome::default(),
             stop: false,
         }
+    }
+
+    fn col(&self, c: Col) -> Range<usize> {
+        let r = &self.cols[c as usize];
+        r.start as usize..r.end as usize
     }
 
     pub(crate) fn run(mut self) -> Outcome {
@@ -228,7 +301,7 @@ impl<'r> Tx<'r> {
             "inbound_anomaly_score",
         ]
         .iter()
-        .map(|k| self.tx.get(k.as_bytes()).map(|v| ops::num(v)).unwrap_or(0))
+        .map(|k| self.tx.get(k.as_bytes()).map(ops::num).unwrap_or(0))
         .max()
         .unwrap_or(0);
         self.out.score = score;
@@ -246,6 +319,11 @@ impl<'r> Tx<'r> {
     fn rule(&mut self, r: &Rule) -> bool {
         if r.id != 0 && self.removed(r) {
             return false;
+        }
+        if let (Some(pf), true) = (r.prefilter, r.parts != 0) {
+            if self.no_candidate(r.parts, pf) {
+                return false;
+            }
         }
         self.rule_id = r.id;
         self.matched_vars.clear();
@@ -266,9 +344,8 @@ impl<'r> Tx<'r> {
                 .map(|p| String::from_utf8_lossy(&self.expand(p)).into_owned())
                 .unwrap_or_default();
             let data = r.logdata.as_ref().map(|p| {
-                let mut d = String::from_utf8_lossy(&self.expand(p)).into_owned();
-                d.truncate(200);
-                d
+                let d = self.expand(p);
+                String::from_utf8_lossy(&d[..d.len().min(200)]).into_owned()
             });
             self.out.matched.push(Matched {
                 id: r.id,
@@ -301,22 +378,22 @@ impl<'r> Tx<'r> {
             match s {
                 SetVar::Set(n, v) => {
                     let (n, v) = (tx_key(&self.expand(n)), self.expand(v).into_owned());
-                    self.tx.insert(n, v);
+                    self.tx.set(n, v);
                 }
                 SetVar::Add(n, v) | SetVar::Sub(n, v) => {
                     let n = tx_key(&self.expand(n));
                     let d = ops::num(&self.expand(v));
-                    let cur = self.tx.get(&n).map(|x| ops::num(x)).unwrap_or(0);
+                    let cur = self.tx.get(&n).map(ops::num).unwrap_or(0);
                     let nv = if matches!(s, SetVar::Add(..)) {
                         cur + d
                     } else {
                         cur - d
                     };
-                    self.tx.insert(n, nv.to_string().into_bytes());
+                    self.tx.set(n, nv.to_string().into_bytes());
                 }
                 SetVar::Del(n) => {
                     let n = tx_key(&self.expand(n));
-                    self.tx.remove(&n);
+                    self.tx.del(n);
                 }
             }
         }
@@ -348,20 +425,23 @@ impl<'r> Tx<'r> {
             }
             return hit;
         }
-        let mut refs = Vec::new();
+        let mut refs = std::mem::take(&mut self.refs);
+        refs.clear();
         for t in &r.targets {
             self.collect(t, top, &mut refs);
         }
         let mut any = false;
         for rf in &refs {
-            let (var, idx) = match rf {
-                Ref::Slot(v, i) => (*v, *i),
-                Ref::Copy(..) => (Var::Tx, u32::MAX),
-            };
+            let slot = self.slot(rf);
+            if let (Some(pf), Some(slot)) = (r.prefilter, slot) {
+                if !self.may_match(slot, pf, r) {
+                    continue;
+                }
+            }
             let cached = if r.transforms.is_empty() {
                 None
             } else {
-                Some(self.transformed(rf, var, idx, r))
+                self.transformed(rf, slot, r)
             };
             let hit = {
                 let raw = self.value(rf);
@@ -377,7 +457,7 @@ impl<'r> Tx<'r> {
             let name = self.name(rf);
             if let Some(caps) = caps {
                 for (k, c) in caps.into_iter().enumerate() {
-                    self.tx.insert(k.to_string().into_bytes(), c);
+                    self.tx.set(k.to_string().into_bytes(), c);
                 }
             }
             self.matched_var = v.clone();
@@ -387,24 +467,176 @@ impl<'r> Tx<'r> {
             // chain's next member is evaluated (members may read what the starter set).
             self.actions(r);
         }
+        self.refs = refs;
         any
+    }
+
+    /// The slot number of a value that does not change during the transaction.
+    fn slot(&self, rf: &Ref) -> Option<u32> {
+        match rf {
+            Ref::Member { i, name, .. } => Some(i * 2 + *name as u32),
+            Ref::Single(v) => Some(self.members.len() as u32 * 2 + *v as u32),
+            Ref::Copy(..) => None,
+        }
+    }
+
+    /// Whether the prefilter lets the rule run on the value in `slot`: by the raw value's
+    /// literals when the rule's chain cannot change that value (but for case), else by its
+    /// chain group's literals in the transformed value.
+    fn may_match(&mut self, slot: u32, pf: crate::compile::Prefilter, r: &Rule) -> bool {
+        let info = self.slot_info(slot);
+        if info.0 & pf.sensitive == 0 {
+            let w = pf.global as usize / 64;
+            return info
+                .1
+                .get(w)
+                .is_some_and(|x| x & (1u64 << (pf.global % 64)) != 0);
+        }
+        let key = (slot as u64) << 32 | pf.group as u64;
+        let bits = match self.pcache.get(&key) {
+            Some(b) => *b,
+            None => {
+                let rf = self.ref_of_slot(slot);
+                let v: Rc<[u8]> = match self.transformed(&rf, Some(slot), r) {
+                    Some(v) => v,
+                    None => Rc::from(self.value(&rf)),
+                };
+                let g = &self.rs.compiled.groups[pf.group as usize];
+                let mut b = 0u128;
+                for m in g.ac.find_overlapping_iter(aho_corasick::Input::new(&v[..])) {
+                    b |= g.pattern_bits[m.pattern().as_usize()];
+                }
+                self.pcache.insert(key, b);
+                b
+            }
+        };
+        bits & (1u128 << pf.bit) != 0
+    }
+
+    /// True if no value of the collections in `parts` can pass the rule's prefilter: none holds
+    /// one of its literals, and none has a byte its transformations could act on.
+    fn no_candidate(&mut self, parts: u64, pf: crate::compile::Prefilter) -> bool {
+        let (w, b) = (pf.global as usize / 64, 1u64 << (pf.global % 64));
+        let mut rest = parts;
+        while rest != 0 {
+            let part = rest.trailing_zeros();
+            rest &= rest - 1;
+            let (flags, bits) = self.part_info(part);
+            if flags & pf.sensitive != 0 || bits.get(w).is_some_and(|x| x & b != 0) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The byte classes and raw-value prefilter bits of every value of a part (see
+    /// `compile::part_of`), ORed together; cached.
+    fn part_info(&mut self, part: u32) -> (u16, &[u64]) {
+        if self.parts[part as usize].is_none() {
+            let mut flags = 0u16;
+            let mut bits = vec![0u64; self.rs.compiled.global_words];
+            for slot in self.part_slots(part) {
+                let (f, b) = self.slot_info(slot);
+                flags |= *f;
+                for (x, y) in bits.iter_mut().zip(b.iter()) {
+                    *x |= y;
+                }
+            }
+            self.parts[part as usize] = Some((flags, bits.into_boxed_slice()));
+        }
+        let (f, b) = self.parts[part as usize].as_ref().unwrap();
+        (*f, b)
+    }
+
+    fn part_slots(&self, part: u32) -> Vec<u32> {
+        let n = self.members.len() as u32 * 2;
+        if part < crate::compile::KEYED_PARTS {
+            let (col, name) = (part / 2, part % 2);
+            let r = &self.cols[col as usize];
+            (r.start..r.end).map(|i| i * 2 + name).collect()
+        } else {
+            vec![n + (part - crate::compile::KEYED_PARTS)]
+        }
+    }
+
+    /// A value's byte classes and the rules whose literals its raw bytes hold (cached per slot).
+    fn slot_info(&mut self, slot: u32) -> &(u16, Box<[u64]>) {
+        if self.slots.len() <= slot as usize {
+            self.slots.resize_with(slot as usize + 1, || None);
+        }
+        if self.slots[slot as usize].is_none() {
+            let v = self.value_of_slot(slot);
+            let f = crate::transform::flags::of(v);
+            let mut bits = vec![0u64; self.rs.compiled.global_words].into_boxed_slice();
+            if let Some((ac, lit_bits)) = &self.rs.compiled.global {
+                for m in ac.find_overlapping_iter(aho_corasick::Input::new(v)) {
+                    for &(w, b) in &lit_bits[m.pattern().as_usize()] {
+                        bits[w as usize] |= b;
+                    }
+                }
+            }
+            self.slots[slot as usize] = Some((f, bits));
+        }
+        self.slots[slot as usize].as_ref().unwrap()
+    }
+
+    fn ref_of_slot(&self, slot: u32) -> Ref {
+        let n = self.members.len() as u32 * 2;
+        if slot < n {
+            Ref::Member {
+                i: slot / 2,
+                name: slot % 2 == 1,
+                var: Var::Args,
+            }
+        } else {
+            Ref::Single(var_at(slot - n))
+        }
+    }
+
+    fn value_of_slot(&self, slot: u32) -> &[u8] {
+        let n = self.members.len() as u32 * 2;
+        if slot < n {
+            let m = &self.members[(slot / 2) as usize];
+            if slot % 2 == 1 {
+                &m.0
+            } else {
+                &m.1
+            }
+        } else {
+            &self.singles[(slot - n) as usize]
+        }
     }
 
     /// The operator's verdict on a value (negation applied); `Some(captures)` on a match.
     #[allow(clippy::option_option)]
     fn matches(&self, r: &Rule, v: &[u8]) -> Option<Option<Vec<Vec<u8>>>> {
         let (hit, caps) = match &r.op {
-            Op::Rx(re) => {
-                if r.capture && !r.negated {
-                    match re.captures(v) {
-                        Some(c) => (true, Some(c)),
-                        None => (false, None),
-                    }
-                } else {
-                    (re.is_match(v), None)
-                }
+            Op::Rx(re) => rx(re, r, v),
+            Op::RxMacro(p, cache) => {
+                let pat = self.expand(p);
+                let found = cache
+                    .lock()
+                    .ok()
+                    .and_then(|c| c.iter().find(|(k, _)| *k == *pat).map(|(_, r)| r.clone()));
+                let re = match found {
+                    Some(re) => re,
+                    None => match ops::regex(&String::from_utf8_lossy(&pat)) {
+                        Ok(re) => {
+                            let re = std::sync::Arc::new(re);
+                            if let Ok(mut c) = cache.lock() {
+                                if c.len() >= 16 {
+                                    c.remove(0);
+                                }
+                                c.push((pat.to_vec(), re.clone()));
+                            }
+                            re
+                        }
+                        Err(_) => return None,
+                    },
+                };
+                rx(&re, r, v)
             }
-            Op::Pm(ac) => match ac.find(v) {
+            Op::Pm(ac, _) => match ac.find(v) {
                 Some(m) if r.capture => (true, Some(vec![v[m.start()..m.end()].to_vec()])),
                 Some(_) => (true, None),
                 None => (false, None),
@@ -425,17 +657,17 @@ impl<'r> Tx<'r> {
                 )
             }
             Op::DetectSqli => {
-                let d = libinjectionrs::detect_sqli(v);
-                let fp = || {
-                    vec![d
-                        .fingerprint
-                        .as_ref()
-                        .map(|f| f.as_str().as_bytes().to_vec())
-                        .unwrap_or_default()]
-                };
-                (d.is_injection(), if r.capture { Some(fp()) } else { None })
+                let (hit, fp) = ops::sqli(v);
+                (
+                    hit,
+                    if r.capture {
+                        Some(vec![fp.unwrap_or_default()])
+                    } else {
+                        None
+                    },
+                )
             }
-            Op::DetectXss => (libinjectionrs::detect_xss(v).is_injection(), None),
+            Op::DetectXss => (ops::xss(v), None),
             Op::ValidateUrlEncoding => (ops::bad_url_encoding(v), None),
             Op::ValidateUtf8 => (std::str::from_utf8(v).is_err(), None),
             Op::ValidateByteRange(ok) => (v.iter().any(|&c| !ok[c as usize]), None),
@@ -450,16 +682,37 @@ impl<'r> Tx<'r> {
         }
     }
 
-    fn transformed(&mut self, rf: &Ref, var: Var, idx: u32, r: &Rule) -> Rc<[u8]> {
-        let cacheable = matches!(rf, Ref::Slot(..));
-        let vkey = var as u32;
+    /// The value after the rule's transformations (None: the raw value, unchanged), from the
+    /// per-slot cache where an earlier rule ran the same chain or a prefix of it. A value with no
+    /// byte the chain acts on is the raw value, or its lower- or upper-case copy.
+    fn transformed(&mut self, rf: &Ref, slot: Option<u32>, r: &Rule) -> Option<Rc<[u8]>> {
+        if let Some(slot) = slot {
+            if self.slot_info(slot).0 & r.sensitive == 0 {
+                let case = r
+                    .transforms
+                    .iter()
+                    .rev()
+                    .find(|t| matches!(t, Transform::Lowercase | Transform::Uppercase));
+                let t = case?;
+                let key = (slot as u64) << 32 | r.prefix_ids[r.prefix_ids.len() - 1] as u64;
+                if let Some(c) = self.tcache.get(&key) {
+                    return Some(c.clone());
+                }
+                let v: Rc<[u8]> = Rc::from(&*t.apply(self.value(rf)));
+                self.tcache.insert(key, v.clone());
+                return Some(v);
+            }
+        }
         let mut start = 0;
         let mut cur: Option<Rc<[u8]>> = None;
-        if cacheable {
+        if let Some(slot) = slot {
             for i in (0..r.prefix_ids.len()).rev() {
-                if let Some(c) = self.cache.get(&(vkey, idx, r.prefix_ids[i])) {
+                if let Some(c) = self
+                    .tcache
+                    .get(&((slot as u64) << 32 | r.prefix_ids[i] as u64))
+                {
                     if i + 1 == r.prefix_ids.len() {
-                        return c.clone();
+                        return Some(c.clone());
                     }
                     cur = Some(c.clone());
                     start = i + 1;
@@ -467,128 +720,150 @@ impl<'r> Tx<'r> {
                 }
             }
         }
-        let mut val: Cow<[u8]> = match &cur {
-            Some(c) => Cow::Owned(c.to_vec()),
-            None => Cow::Owned(self.value(rf).to_vec()),
+        let mut cur: Rc<[u8]> = match cur {
+            Some(c) => c,
+            None => Rc::from(self.value(rf)),
         };
         for i in start..r.transforms.len() {
-            val = match r.transforms[i].apply(&val) {
-                Cow::Borrowed(_) => val,
-                Cow::Owned(o) => Cow::Owned(o),
-            };
-            if cacheable {
-                self.cache
-                    .insert((vkey, idx, r.prefix_ids[i]), Rc::from(&val[..]));
+            if let Cow::Owned(o) = r.transforms[i].apply(&cur) {
+                cur = Rc::from(o);
+            }
+            if let Some(slot) = slot {
+                self.tcache
+                    .insert((slot as u64) << 32 | r.prefix_ids[i] as u64, cur.clone());
             }
         }
-        Rc::from(&val[..])
+        Some(cur)
     }
 
     fn value<'a>(&'a self, rf: &'a Ref) -> &'a [u8] {
         match rf {
             Ref::Copy(_, v) => v,
-            Ref::Slot(var, i) => {
-                let i = *i as usize;
-                match var {
-                    Var::Args | Var::ArgsGet | Var::ArgsPost => &self.args[i].1,
-                    Var::ArgsNames | Var::ArgsGetNames | Var::ArgsPostNames => &self.args[i].0,
-                    Var::RequestHeaders => &self.headers[i].1,
-                    Var::RequestHeadersNames => &self.headers[i].0,
-                    Var::RequestCookies => &self.cookies[i].1,
-                    Var::RequestCookiesNames => &self.cookies[i].0,
-                    Var::Files | Var::MultipartFilename => &self.files[i].1,
-                    Var::FilesNames | Var::MultipartName => &self.files[i].0,
-                    Var::MultipartPartHeaders => &self.part_headers[i].1,
-                    Var::Xml => &self.xml[i].1,
-                    &XML_ATTRS => &self.xml_attrs[i].1,
-                    v => &self.singles[*v as usize],
+            Ref::Member { i, name, .. } => {
+                let m = &self.members[*i as usize];
+                if *name {
+                    &m.0
+                } else {
+                    &m.1
                 }
             }
+            Ref::Single(v) => &self.singles[*v as usize],
         }
     }
 
     fn name(&self, rf: &Ref) -> Vec<u8> {
         match rf {
             Ref::Copy(k, _) => k.clone(),
-            Ref::Slot(var, i) => {
-                let i = *i as usize;
-                let (prefix, key): (&str, &[u8]) = match var {
-                    Var::Args | Var::ArgsGet | Var::ArgsPost => ("ARGS", &self.args[i].0),
-                    Var::ArgsNames | Var::ArgsGetNames | Var::ArgsPostNames => {
-                        ("ARGS_NAMES", &self.args[i].0)
-                    }
-                    Var::RequestHeaders => ("REQUEST_HEADERS", &self.headers[i].0),
-                    Var::RequestHeadersNames => ("REQUEST_HEADERS_NAMES", &self.headers[i].0),
-                    Var::RequestCookies => ("REQUEST_COOKIES", &self.cookies[i].0),
-                    Var::RequestCookiesNames => ("REQUEST_COOKIES_NAMES", &self.cookies[i].0),
-                    Var::Files => ("FILES", &self.files[i].0),
-                    Var::FilesNames => ("FILES_NAMES", &self.files[i].0),
-                    Var::MultipartPartHeaders => {
-                        ("MULTIPART_PART_HEADERS", &self.part_headers[i].0)
-                    }
-                    v => return format!("{v:?}").into_bytes(),
-                };
-                let mut n = prefix.as_bytes().to_vec();
-                n.push(b':');
-                n.extend_from_slice(key);
+            Ref::Single(v) => var_name(*v).as_bytes().to_vec(),
+            Ref::Member { i, var, .. } => {
+                let mut n = var_name(*var).as_bytes().to_vec();
+                let key = &self.members[*i as usize].0;
+                if !key.is_empty() {
+                    n.push(b':');
+                    n.extend_from_slice(key);
+                }
                 n
             }
         }
     }
 
-    fn excluded(&self, t: &Target, top: &Rule, key: &[u8]) -> bool {
-        t.exclusions.iter().any(|s| s.takes(key))
+    fn excluded(&self, t: &Target, top: &Rule, key: &[u8], member: Option<usize>) -> bool {
+        t.exclusions.iter().any(|s| self.takes(s, key, member))
             || self.removed_targets.iter().any(|(ids, tag, v, s)| {
                 *v == t.var
                     && (ids
                         .as_ref()
                         .is_some_and(|ids| ids.iter().any(|&(a, b)| top.id >= a && top.id <= b))
                         || tag.as_ref().is_some_and(|tag| top.tags.contains(tag)))
-                    && s.takes(key)
+                    && self.takes(s, key, member)
             })
+    }
+
+    /// `Selector::takes`, with regex answers for collection members cached: the CRS repeats the
+    /// same exclusion (`!REQUEST_COOKIES:/__utm/`) on dozens of rules.
+    fn takes(&self, s: &Selector, key: &[u8], member: Option<usize>) -> bool {
+        match (s, member) {
+            (Selector::Regex(re), Some(i)) => {
+                let k = (re as *const _ as usize as u64) << 20 ^ i as u64;
+                if let Some(&b) = self.excl.borrow().get(&k) {
+                    return b;
+                }
+                let b = re.is_match(key);
+                self.excl.borrow_mut().insert(k, b);
+                b
+            }
+            _ => s.takes(key),
+        }
     }
 
     fn collect(&self, t: &Target, top: &Rule, out: &mut Vec<Ref>) {
         let start = out.len();
-        let keyed = |pairs: &Pairs, range: std::ops::Range<usize>, var: Var, out: &mut Vec<Ref>| {
-            for i in range {
-                let k = &pairs[i].0;
-                if t.selector.takes(k) && !self.excluded(t, top, k) {
-                    out.push(Ref::Slot(var, i as u32));
+        let check = !t.exclusions.is_empty() || !self.removed_targets.is_empty();
+        let keyed = |cols: &[Col], name: bool, out: &mut Vec<Ref>| {
+            for &c in cols {
+                for i in self.col(c) {
+                    let k = &self.members[i].0;
+                    if self.takes(&t.selector, k, Some(i))
+                        && !(check && self.excluded(t, top, k, Some(i)))
+                    {
+                        out.push(Ref::Member {
+                            i: i as u32,
+                            name,
+                            var: t.var,
+                        });
+                    }
                 }
             }
         };
+        use Col::*;
         match t.var {
-            Var::Args | Var::ArgsNames => keyed(&self.args, 0..self.args.len(), t.var, out),
-            Var::ArgsGet | Var::ArgsGetNames => keyed(&self.args, 0..self.get_len, t.var, out),
-            Var::ArgsPost | Var::ArgsPostNames => {
-                keyed(&self.args, self.get_len..self.args.len(), t.var, out)
-            }
-            Var::RequestHeaders | Var::RequestHeadersNames => {
-                keyed(&self.headers, 0..self.headers.len(), t.var, out)
-            }
-            Var::RequestCookies | Var::RequestCookiesNames => {
-                keyed(&self.cookies, 0..self.cookies.len(), t.var, out)
-            }
-            Var::Files | Var::FilesNames | Var::MultipartFilename | Var::MultipartName => {
-                keyed(&self.files, 0..self.files.len(), t.var, out)
-            }
-            Var::MultipartPartHeaders => {
-                keyed(&self.part_headers, 0..self.part_headers.len(), t.var, out)
-            }
-            Var::Tx => {
-                let mut keys: Vec<&Vec<u8>> = self
-                    .tx
-                    .keys()
-                    .filter(|k| t.selector.takes(k) && !self.excluded(t, top, k))
-                    .collect();
-                keys.sort();
-                for k in keys {
-                    let mut n = b"TX:".to_vec();
-                    n.extend_from_slice(k);
-                    out.push(Ref::Copy(n, self.tx[k].clone()));
+            Var::Args => keyed(&[ArgsGet, ArgsPost], false, out),
+            Var::ArgsNames => keyed(&[ArgsGet, ArgsPost], true, out),
+            Var::ArgsGet => keyed(&[ArgsGet], false, out),
+            Var::ArgsGetNames => keyed(&[ArgsGet], true, out),
+            Var::ArgsPost => keyed(&[ArgsPost], false, out),
+            Var::ArgsPostNames => keyed(&[ArgsPost], true, out),
+            Var::RequestHeaders => keyed(&[Headers], false, out),
+            Var::RequestHeadersNames => keyed(&[Headers], true, out),
+            Var::RequestCookies => keyed(&[Cookies], false, out),
+            Var::RequestCookiesNames => keyed(&[Cookies], true, out),
+            Var::Files | Var::MultipartFilename => keyed(&[Files], false, out),
+            Var::FilesNames | Var::MultipartName => keyed(&[Files], true, out),
+            Var::MultipartPartHeaders => keyed(&[PartHeaders], false, out),
+            Var::Xml => {
+                let attrs = matches!(&t.selector, Selector::Key(k) if k.contains(&b'@'));
+                for i in self.col(if attrs { XmlAttrs } else { Xml }) {
+                    out.push(Ref::Member {
+                        i: i as u32,
+                        name: false,
+                        var: Var::Xml,
+                    });
                 }
             }
+            Var::Tx => match &t.selector {
+                Selector::Key(k) => {
+                    if let Some(v) = self.tx.get(&k[..]) {
+                        let mut n = b"TX:".to_vec();
+                        n.extend_from_slice(k);
+                        out.push(Ref::Copy(n, v.to_vec()));
+                    }
+                }
+                _ => {
+                    let mut kv: Vec<(&[u8], &[u8])> = self
+                        .tx
+                        .iter()
+                        .filter(|(k, _)| {
+                            t.selector.takes(k) && !(check && self.excluded(t, top, k, None))
+                        })
+                        .collect();
+                    kv.sort();
+                    for (k, v) in kv {
+                        let mut n = b"TX:".to_vec();
+                        n.extend_from_slice(k);
+                        out.push(Ref::Copy(n, v.to_vec()));
+                    }
+                }
+            },
             Var::MatchedVars | Var::MatchedVarsNames => {
                 for (k, v) in &self.matched_vars {
                     let v = if t.var == Var::MatchedVars {
@@ -607,23 +882,13 @@ impl<'r> Tx<'r> {
                 self.matched_var_name.clone(),
                 self.matched_var_name.clone(),
             )),
-            Var::Xml => {
-                let attrs = matches!(&t.selector, Selector::Key(k) if k.contains(&b'@'));
-                let n = if attrs {
-                    self.xml_attrs.len()
-                } else {
-                    self.xml.len()
-                };
-                let v = if attrs { XML_ATTRS } else { Var::Xml };
-                out.extend((0..n as u32).map(|i| Ref::Slot(v, i)));
-            }
             Var::Unsupported => {}
-            v => out.push(Ref::Slot(v, 0)),
+            v => out.push(Ref::Single(v)),
         }
         if t.count {
             let n = out.len() - start;
             out.truncate(start);
-            let mut name = format!("{:?}", t.var).into_bytes();
+            let mut name = var_name(t.var).as_bytes().to_vec();
             if let Selector::Key(k) = &t.selector {
                 name.push(b':');
                 name.extend_from_slice(k);
@@ -648,21 +913,24 @@ impl<'r> Tx<'r> {
     }
 
     fn macro_value(&self, c: &str, k: Option<&str>, o: &mut Vec<u8>) {
-        let find = |pairs: &Pairs, k: &str| {
+        let find = |pairs: &[(Vec<u8>, Vec<u8>)], k: &str| {
             pairs
                 .iter()
                 .find(|(n, _)| n.eq_ignore_ascii_case(k.as_bytes()))
                 .map(|(_, v)| v.clone())
         };
         let v = match (c, k) {
-            ("tx", Some(k)) => self.tx.get(k.as_bytes()).cloned(),
+            ("tx", Some(k)) => self.tx.get(k.as_bytes()).map(<[u8]>::to_vec),
             ("matched_var", None) => Some(self.matched_var.clone()),
             ("matched_var_name", None) => Some(self.matched_var_name.clone()),
             ("rule", Some("id")) => Some(self.rule_id.to_string().into_bytes()),
             ("rule", Some("msg")) => Some(self.rule_msg.clone()),
-            ("request_headers", Some(k)) => find(&self.headers, k),
-            ("args", Some(k)) => find(&self.args, k),
-            ("request_cookies", Some(k)) => find(&self.cookies, k),
+            ("request_headers", Some(k)) => find(&self.members[self.col(Col::Headers)], k),
+            ("args", Some(k)) => find(
+                &self.members[self.col(Col::ArgsGet).start..self.col(Col::ArgsPost).end],
+                k,
+            ),
+            ("request_cookies", Some(k)) => find(&self.members[self.col(Col::Cookies)], k),
             (name, None) => Var::by_name(name)
                 .filter(|v| v.is_single())
                 .map(|v| self.singles[v as usize].clone()),
@@ -672,6 +940,19 @@ impl<'r> Tx<'r> {
             o.extend_from_slice(&v);
         }
     }
+}
+
+/// The variable with discriminant `n`.
+fn var_at(n: u32) -> Var {
+    Var::ALL
+        .get(n as usize)
+        .copied()
+        .unwrap_or(Var::Unsupported)
+}
+
+/// The name a variable has in SecLang (`ARGS`, `REQUEST_HEADERS`), for MATCHED_VAR_NAME.
+fn var_name(v: Var) -> &'static str {
+    v.name()
 }
 
 fn percent_decode(v: &[u8]) -> Vec<u8> {
@@ -697,6 +978,17 @@ fn percent_decode(v: &[u8]) -> Vec<u8> {
     o
 }
 
+/// `@rx`: a cheap yes/no first; the groups only for a match of a rule that captures.
+fn rx(re: &ops::Rx, r: &Rule, v: &[u8]) -> (bool, Option<Vec<Vec<u8>>>) {
+    if !re.is_match(v) {
+        return (false, None);
+    }
+    if r.capture && !r.negated {
+        return (true, re.captures(v));
+    }
+    (true, None)
+}
+
 fn tx_key(n: &[u8]) -> Vec<u8> {
     let n = lower(n);
     match n.strip_prefix(b"tx.") {
@@ -705,8 +997,89 @@ fn tx_key(n: &[u8]) -> Vec<u8> {
     }
 }
 
+/// The TX collection: the set's initial values (from the rules folded at load) under this
+/// transaction's own writes and deletions.
+pub(crate) struct TxVars<'r> {
+    base: &'r HashMap<Vec<u8>, Vec<u8>>,
+    over: HashMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl TxVars<'_> {
+    fn get(&self, k: &[u8]) -> Option<&[u8]> {
+        match self.over.get(k) {
+            Some(v) => v.as_deref(),
+            None => self.base.get(k).map(Vec::as_slice),
+        }
+    }
+
+    fn set(&mut self, k: Vec<u8>, v: Vec<u8>) {
+        self.over.insert(k, Some(v));
+    }
+
+    fn del(&mut self, k: Vec<u8>) {
+        self.over.insert(k, None);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let over = self
+            .over
+            .iter()
+            .filter_map(|(k, v)| v.as_deref().map(|v| (k.as_slice(), v)));
+        let base = self
+            .base
+            .iter()
+            .filter(|(k, _)| !self.over.contains_key(*k))
+            .map(|(k, v)| (k.as_slice(), v.as_slice()));
+        over.chain(base)
+    }
+}
+
+/// Runs rules that read only TX, at load, against a TX state kept between them (see
+/// `specialize`).
+#[derive(Default)]
+pub(crate) struct StaticTx {
+    pub vars: HashMap<Vec<u8>, Vec<u8>>,
+}
+
+impl StaticTx {
+    /// Whether the chain's starter matches, its actions undone.
+    pub fn starter_matches(&mut self, rs: &Ruleset, r: &Rule) -> bool {
+        let saved = self.vars.clone();
+        let empty = HashMap::new();
+        let req = Request::default();
+        let mut tx = Tx::new(rs, &req);
+        tx.tx = TxVars {
+            base: &empty,
+            over: saved
+                .iter()
+                .map(|(k, v)| (k.clone(), Some(v.clone())))
+                .collect(),
+        };
+        tx.one(r, r)
+    }
+
+    /// Evaluates one rule (and its chain) with its actions; true if it matched.
+    pub fn run(&mut self, rs: &Ruleset, r: &Rule) -> bool {
+        let empty = HashMap::new();
+        let req = Request::default();
+        let mut tx = Tx::new(rs, &req);
+        tx.tx = TxVars {
+            base: &empty,
+            over: self.vars.drain().map(|(k, v)| (k, Some(v))).collect(),
+        };
+        let matched = tx.rule(r);
+        self.vars = tx
+            .tx
+            .over
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect();
+        matched
+    }
+}
+
 /// The index after the marker (or rule id) `target` at or after `from`; the end if there is none.
-fn skip_after(items: &[Item], from: usize, target: &str) -> usize {
+pub(crate) fn skip_after(items: &[Item], from: usize, target: &str) -> usize {
     let id: Option<u32> = target.parse().ok();
     for (j, it) in items.iter().enumerate().skip(from) {
         match it {

@@ -17,9 +17,11 @@
 mod bestfit;
 pub mod body;
 pub mod compile;
-mod eval;
+pub mod eval;
 pub mod ops;
 pub mod parse;
+pub mod prefilter;
+mod specialize;
 pub mod transform;
 pub mod vars;
 
@@ -87,6 +89,9 @@ pub struct Outcome {
 #[derive(Debug)]
 pub struct Ruleset {
     compiled: Compiled,
+    /// TX as the rules folded at load leave it (see `specialize`).
+    initial_tx: std::collections::HashMap<Vec<u8>, Vec<u8>>,
+    folded: usize,
 }
 
 impl Ruleset {
@@ -99,9 +104,15 @@ impl Ruleset {
         for (name, text) in files {
             b.file(name, text);
         }
-        Ok(Ruleset {
+        let mut rs = Ruleset {
             compiled: b.finish()?,
-        })
+            initial_tx: Default::default(),
+            folded: 0,
+        };
+        if std::env::var_os("SECLANG_NO_SPECIALIZE").is_none() {
+            rs.folded = specialize::specialize(&mut rs);
+        }
+        Ok(rs)
     }
 
     /// Judges one request.
@@ -114,7 +125,12 @@ impl Ruleset {
         &self.compiled.warnings
     }
 
-    /// Number of rules (chains count once) of the request phases.
+    /// Rules evaluated once at load (configuration-only conditions) instead of per request.
+    pub fn folded(&self) -> usize {
+        self.folded
+    }
+
+    /// Number of rules (chains count once) of the request phases, after folding.
     pub fn rule_count(&self) -> usize {
         self.compiled
             .phases

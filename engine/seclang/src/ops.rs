@@ -25,7 +25,7 @@ impl Param {
                 break;
             };
             if p > 0 {
-                parts.push(Part::Lit(rest[..p].as_bytes().to_vec()));
+                parts.push(Part::Lit(rest.as_bytes()[..p].to_vec()));
             }
             let inner = rest[p + 2..p + end].to_ascii_lowercase();
             let (c, k) = match inner.split_once('.') {
@@ -78,8 +78,12 @@ pub enum NumOp {
 #[derive(Debug)]
 pub enum Op {
     Rx(Rx),
-    /// `@pm`, `@pmFromFile`: any of the phrases, ignoring ASCII case.
-    Pm(AhoCorasick),
+    /// `@rx` with macros (`^%{tx.allowed_charsets}$`): compiled per distinct expansion, kept in
+    /// a small cache (a few entries: the expansions come from configuration, not requests).
+    RxMacro(Param, std::sync::Mutex<Vec<(Vec<u8>, std::sync::Arc<Rx>)>>),
+    /// `@pm`, `@pmFromFile`: any of the phrases, ignoring ASCII case (the phrases lower-cased
+    /// are kept for the prefilter).
+    Pm(AhoCorasick, Vec<Vec<u8>>),
     Str(StrOp, Param),
     Num(NumOp, Param),
     DetectSqli,
@@ -106,8 +110,22 @@ impl Op {
     ) -> Result<Op, String> {
         let lname = name.to_ascii_lowercase();
         Ok(match lname.as_str() {
+            "rx" if arg.contains("%{") => {
+                // Checked now; compiled per expansion at run time.
+                regex(
+                    &Param::parse(arg)
+                        .parts
+                        .iter()
+                        .map(|p| match p {
+                            Part::Lit(l) => String::from_utf8_lossy(l).into_owned(),
+                            Part::Macro(..) => "x".to_string(),
+                        })
+                        .collect::<String>(),
+                )?;
+                Op::RxMacro(Param::parse(arg), Default::default())
+            }
             "rx" => Op::Rx(regex(arg)?),
-            "pm" => Op::Pm(phrases(arg.split_whitespace().map(str::as_bytes))?),
+            "pm" => phrases(arg.split_whitespace().map(str::as_bytes))?,
             "pmfromfile" | "pmf" => {
                 let mut words: Vec<String> = Vec::new();
                 for f in arg.split_whitespace() {
@@ -119,7 +137,7 @@ impl Op {
                             .map(String::from),
                     );
                 }
-                Op::Pm(phrases(words.iter().map(|w| w.as_bytes()))?)
+                phrases(words.iter().map(|w| w.as_bytes()))?
             }
             "contains" => Op::Str(StrOp::Contains, Param::parse(arg)),
             "containsword" => Op::Str(StrOp::ContainsWord, Param::parse(arg)),
@@ -311,9 +329,7 @@ fn translate(p: &str) -> String {
                 }
                 i = e;
             } else if n.is_ascii_alphanumeric() || is_meta(n) {
-                o.push('\\');
-                o.push(n as char);
-            } else if in_class && (n == b'&' || n == b'~') {
+                // (`&` and `~`, which a class needs escaped, are among the meta characters.)
                 o.push('\\');
                 o.push(n as char);
             } else {
@@ -428,13 +444,17 @@ fn is_repetition(s: &[u8]) -> bool {
         && inner.iter().filter(|&&c| c == b',').count() <= 1
 }
 
-fn phrases<'a>(words: impl Iterator<Item = &'a [u8]>) -> Result<AhoCorasick, String> {
-    let words: Vec<&[u8]> = words.filter(|w| !w.is_empty()).collect();
-    AhoCorasickBuilder::new()
+fn phrases<'a>(words: impl Iterator<Item = &'a [u8]>) -> Result<Op, String> {
+    let words: Vec<Vec<u8>> = words
+        .filter(|w| !w.is_empty())
+        .map(<[u8]>::to_ascii_lowercase)
+        .collect();
+    let ac = AhoCorasickBuilder::new()
         .ascii_case_insensitive(true)
         .match_kind(MatchKind::LeftmostFirst)
         .build(&words)
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    Ok(Op::Pm(ac, words))
 }
 
 fn byte_ranges(arg: &str) -> Result<Box<[bool; 256]>, String> {
@@ -518,6 +538,145 @@ pub fn bad_url_encoding(v: &[u8]) -> bool {
     false
 }
 
+/// libinjection's SQLi verdict, with a fast and exact answer for a value libinjection reads as a
+/// single word: it starts with a letter or `_`, holds none of the tokeniser's word delimiters
+/// (spaces, quotes, operators, brackets, `\`, `#`, control bytes) nor a backtick, and no part
+/// before a `.` is a SQL keyword (libinjection splits `SELECT.x` there). One token is never on
+/// libinjection's fingerprint list (the only one-token fingerprint is the "evil" token, which a
+/// word cannot be), so such a value is not SQLi. The port's tokeniser costs a microsecond or more
+/// even for `session` or an analytics cookie; everything else still goes to it.
+pub fn sqli(v: &[u8]) -> (bool, Option<Vec<u8>>) {
+    if one_word(v) || (!v.is_empty() && v.iter().all(u8::is_ascii_digit)) {
+        return (false, None);
+    }
+    memo(&SQLI_MEMO, v, |v| {
+        let d = libinjectionrs::detect_sqli(v);
+        (
+            d.is_injection(),
+            d.fingerprint
+                .as_ref()
+                .map(|f| f.as_str().as_bytes().to_vec()),
+        )
+    })
+}
+
+/// libinjection's XSS verdict (memoised like SQLi).
+pub fn xss(v: &[u8]) -> bool {
+    memo(&XSS_MEMO, v, |v| {
+        (libinjectionrs::detect_xss(v).is_injection(), None)
+    })
+    .0
+}
+
+type Memo = std::cell::RefCell<Vec<(u64, Vec<u8>, bool, Option<Vec<u8>>)>>;
+
+thread_local! {
+    static SQLI_MEMO: Memo = const { std::cell::RefCell::new(Vec::new()) };
+    static XSS_MEMO: Memo = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Verdicts on values of 24 to 512 bytes, per thread, 256 of them: the same user agents,
+/// referrers and cookies recur across requests, and the port's tokeniser costs 3-5 µs on a
+/// user agent. The value is compared whole, so a hash collision cannot change a verdict; an
+/// attacker filling the table only evicts (bounded memory, same answers).
+fn memo(
+    table: &'static std::thread::LocalKey<Memo>,
+    v: &[u8],
+    f: impl FnOnce(&[u8]) -> (bool, Option<Vec<u8>>),
+) -> (bool, Option<Vec<u8>>) {
+    if !(24..=512).contains(&v.len()) {
+        return f(v);
+    }
+    let h = fnv(v);
+    let slot = (h % 256) as usize;
+    let hit = table.with(|t| {
+        let t = t.borrow();
+        t.get(slot)
+            .filter(|e| e.0 == h && e.1 == v)
+            .map(|e| (e.2, e.3.clone()))
+    });
+    if let Some(r) = hit {
+        return r;
+    }
+    let r = f(v);
+    table.with(|t| {
+        let mut t = t.borrow_mut();
+        if t.len() < 256 {
+            t.resize(256, (u64::MAX, Vec::new(), false, None));
+        }
+        t[slot] = (h, v.to_vec(), r.0, r.1.clone());
+    });
+    r
+}
+
+fn fnv(v: &[u8]) -> u64 {
+    // FNV-1a: the table index only; entries are checked against the whole value.
+    v.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| {
+        (h ^ c as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// libinjection's word delimiters (`parse_word`), plus the backtick it splits on.
+fn sql_delimiter(c: u8) -> bool {
+    matches!(
+        c,
+        b' ' | b'['
+            | b']'
+            | b'{'
+            | b'}'
+            | b'<'
+            | b'>'
+            | b':'
+            | b'\\'
+            | b'?'
+            | b'='
+            | b'@'
+            | b'!'
+            | b'#'
+            | b'~'
+            | b'+'
+            | b'-'
+            | b'*'
+            | b'/'
+            | b'&'
+            | b'|'
+            | b'^'
+            | b'%'
+            | b'('
+            | b')'
+            | b','
+            | b'\''
+            | b';'
+            | b'\t'
+            | b'\n'
+            | 0x0b
+            | 0x0c
+            | b'\r'
+            | b'"'
+            | 0xa0
+            | 0
+            | 0x1b
+            | b'`'
+    )
+}
+
+fn one_word(v: &[u8]) -> bool {
+    let Some(&first) = v.first() else {
+        return false;
+    };
+    if !(first.is_ascii_alphabetic() || first == b'_') || v.iter().any(|&c| sql_delimiter(c)) {
+        return false;
+    }
+    v.iter()
+        .enumerate()
+        .filter(|(_, &c)| c == b'.')
+        .all(|(i, _)| {
+            let prefix = String::from_utf8_lossy(&v[..i]);
+            libinjectionrs::sqli::sqli_data::lookup_word(&prefix)
+                == libinjectionrs::sqli::TokenType::Bareword
+        })
+}
+
 pub fn num(v: &[u8]) -> i64 {
     let s = std::str::from_utf8(v).unwrap_or("").trim();
     let end = s
@@ -576,7 +735,8 @@ mod tests {
 
     #[test]
     fn phrase_lists_ignore_case() {
-        let Op::Pm(ac) = Op::build("pm", "union select", &|_| Err(String::new())).unwrap() else {
+        let Op::Pm(ac, _) = Op::build("pm", "union select", &|_| Err(String::new())).unwrap()
+        else {
             panic!()
         };
         assert!(ac.is_match(b"xx UNION yy"));
@@ -601,6 +761,61 @@ mod tests {
         };
         assert!(ip_in(&l, b"10.2.3.4") && ip_in(&l, b"::1") && !ip_in(&l, b"11.0.0.1"));
         assert!(bad_url_encoding(b"a%2") && bad_url_encoding(b"%zz") && !bad_url_encoding(b"%20a"));
+    }
+
+    #[test]
+    fn the_one_word_shortcut_agrees_with_libinjection() {
+        for w in [
+            "session",
+            "select",
+            "union",
+            "sleep",
+            "OR",
+            "and",
+            "_ga",
+            "cart_id",
+            "abc123",
+            "x",
+            "GA1.2.599660491.1636039789",
+            "select.x",
+            "union.select",
+            "a.b.c",
+            "UNION.1",
+            "x.union",
+        ] {
+            assert_eq!(
+                sqli(w.as_bytes()).0,
+                libinjectionrs::detect_sqli(w.as_bytes()).is_injection(),
+                "{w}"
+            );
+        }
+        assert!(
+            one_word(b"GA1.2.599660491.1636039789")
+                && !one_word(b"select.x")
+                && !one_word(b"1union")
+        );
+        assert!(sqli(b"1' or '1'='1").0);
+        // Generated words over letters, digits, dots, underscores and SQL keywords.
+        let parts = [
+            "a", "b", "1", "0x", ".", "_", "select", "union", "or", "and", "sleep", "from", "e",
+            "$", "9",
+        ];
+        let mut seed = 7u64;
+        for _ in 0..20000 {
+            let mut w = String::new();
+            for _ in 0..(seed % 6 + 1) {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                w.push_str(parts[(seed >> 33) as usize % parts.len()]);
+            }
+            if one_word(w.as_bytes()) {
+                assert!(
+                    !libinjectionrs::detect_sqli(w.as_bytes()).is_injection(),
+                    "{w}"
+                );
+            }
+        }
     }
 
     #[test]

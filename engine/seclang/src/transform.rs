@@ -40,7 +40,72 @@ pub enum Transform {
     TrimRight,
 }
 
+/// Byte classes of a value that decide whether a transformation can change it (other than in
+/// ASCII case). A value none of whose classes a chain cares about reads the same after the chain,
+/// up to case, so the literal prefilter can look at the raw value.
+pub mod flags {
+    pub const PCT: u16 = 1; // % +
+    pub const AMP: u16 = 2; // &
+    pub const BSL: u16 = 4; // backslash
+    pub const NUL: u16 = 8;
+    pub const HIGH: u16 = 16; // bytes >= 0x80
+    pub const QUOTE: u16 = 32; // " ' ^
+    pub const SEP: u16 = 64; // , ; tab CR LF VT FF
+    pub const SPACE: u16 = 128;
+    pub const COMMENT: u16 = 256; // / * - # <
+    pub const PATH: u16 = 512; // . /
+    /// Present in every value: transformations that may change any value (base64, hex, length)
+    /// are sensitive to it.
+    pub const ANY: u16 = 1024;
+    pub const ALL: u16 = u16::MAX;
+
+    /// The classes present in a value.
+    pub fn of(v: &[u8]) -> u16 {
+        let mut f = ANY;
+        for &c in v {
+            f |= match c {
+                b'%' | b'+' => PCT,
+                b'&' => AMP,
+                b'\\' => BSL,
+                0 => NUL,
+                0x80..=0xff => HIGH,
+                b'"' | b'\'' | b'^' => QUOTE,
+                b',' | b';' | b'\t' | b'\r' | b'\n' | 0x0b | 0x0c => SEP,
+                b' ' => SPACE,
+                b'*' | b'-' | b'#' | b'<' => COMMENT,
+                b'/' => COMMENT | PATH,
+                b'.' => PATH,
+                _ => 0,
+            };
+        }
+        f
+    }
+}
+
 impl Transform {
+    /// The byte classes (see [`flags`]) whose presence lets this transformation change a value
+    /// other than in ASCII case.
+    pub fn sensitive(self) -> u16 {
+        use flags::*;
+        use Transform::*;
+        match self {
+            Lowercase | Uppercase => 0,
+            UrlDecode | UrlDecodeUni => PCT,
+            HtmlEntityDecode => AMP,
+            JsDecode | CssDecode | EscapeSeqDecode => BSL,
+            CmdLine => BSL | QUOTE | SEP | SPACE,
+            RemoveNulls | ReplaceNulls => NUL,
+            RemoveWhitespace | CompressWhitespace | Trim | TrimLeft | TrimRight => {
+                SEP | SPACE | HIGH
+            }
+            RemoveComments | RemoveCommentsChar | ReplaceComments => COMMENT,
+            NormalizePath => PATH,
+            NormalizePathWin => PATH | BSL,
+            Utf8ToUnicode => HIGH,
+            UrlEncode | Base64Decode | Base64DecodeExt | HexEncode | HexDecode | Length => ALL,
+        }
+    }
+
     /// The transformation named `name` (case-insensitive, as in `t:urlDecodeUni`).
     pub fn by_name(name: &str) -> Option<Transform> {
         use Transform::*;

@@ -3,142 +3,129 @@
 
 use regex::bytes::{Regex, RegexBuilder};
 
-/// A collection or single value a rule can read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Var {
-    Args,
-    ArgsNames,
-    ArgsGet,
-    ArgsGetNames,
-    ArgsPost,
-    ArgsPostNames,
-    ArgsCombinedSize,
-    RequestHeaders,
-    RequestHeadersNames,
-    RequestCookies,
-    RequestCookiesNames,
-    RequestFilename,
-    RequestBasename,
-    RequestUri,
-    RequestUriRaw,
-    RequestLine,
-    RequestMethod,
-    RequestProtocol,
-    QueryString,
-    RequestBody,
-    RequestBodyLength,
-    Files,
-    FilesNames,
-    FilesCombinedSize,
-    MultipartPartHeaders,
-    MultipartFilename,
-    MultipartName,
-    MultipartStrictError,
-    MultipartUnmatchedBoundary,
-    Xml,
-    RemoteAddr,
-    Tx,
-    MatchedVar,
-    MatchedVars,
-    MatchedVarName,
-    MatchedVarsNames,
-    ReqbodyProcessor,
-    ReqbodyError,
-    ReqbodyErrorMsg,
-    UniqueId,
-    /// Collections this engine does not keep (persistent `IP`, `GEO`, `DURATION`, `ENV`, …): they
-    /// read as empty.
-    Unsupported,
+macro_rules! vars {
+    ($($v:ident = $name:literal,)*) => {
+        /// A collection or single value a rule can read.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Var {
+            $($v,)*
+            /// Collections this engine does not keep (persistent `IP`, `GEO`, `DURATION`, `ENV`,
+            /// …): they read as empty.
+            Unsupported,
+        }
+
+        impl Var {
+            /// Every variable, in discriminant order.
+            pub const ALL: &'static [Var] = &[$(Var::$v,)* Var::Unsupported];
+
+            /// Its SecLang name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Var::$v => $name,)*
+                    Var::Unsupported => "UNSUPPORTED",
+                }
+            }
+
+            pub fn by_name(name: &str) -> Option<Var> {
+                let up = name.to_ascii_uppercase();
+                $(if up == $name { return Some(Var::$v); })*
+                if UNSUPPORTED.contains(&up.as_str()) {
+                    return Some(Var::Unsupported);
+                }
+                None
+            }
+        }
+    };
 }
 
-impl Var {
-    pub fn by_name(name: &str) -> Option<Var> {
-        use Var::*;
-        Some(match name.to_ascii_uppercase().as_str() {
-            "ARGS" => Args,
-            "ARGS_NAMES" => ArgsNames,
-            "ARGS_GET" => ArgsGet,
-            "ARGS_GET_NAMES" => ArgsGetNames,
-            "ARGS_POST" => ArgsPost,
-            "ARGS_POST_NAMES" => ArgsPostNames,
-            "ARGS_COMBINED_SIZE" => ArgsCombinedSize,
-            "REQUEST_HEADERS" => RequestHeaders,
-            "REQUEST_HEADERS_NAMES" => RequestHeadersNames,
-            "REQUEST_COOKIES" => RequestCookies,
-            "REQUEST_COOKIES_NAMES" => RequestCookiesNames,
-            "REQUEST_FILENAME" => RequestFilename,
-            "REQUEST_BASENAME" => RequestBasename,
-            "REQUEST_URI" => RequestUri,
-            "REQUEST_URI_RAW" => RequestUriRaw,
-            "REQUEST_LINE" => RequestLine,
-            "REQUEST_METHOD" => RequestMethod,
-            "REQUEST_PROTOCOL" => RequestProtocol,
-            "QUERY_STRING" => QueryString,
-            "REQUEST_BODY" => RequestBody,
-            "REQUEST_BODY_LENGTH" => RequestBodyLength,
-            "FILES" => Files,
-            "FILES_NAMES" => FilesNames,
-            "FILES_COMBINED_SIZE" => FilesCombinedSize,
-            "MULTIPART_PART_HEADERS" => MultipartPartHeaders,
-            "MULTIPART_FILENAME" => MultipartFilename,
-            "MULTIPART_NAME" => MultipartName,
-            "MULTIPART_STRICT_ERROR" => MultipartStrictError,
-            "MULTIPART_UNMATCHED_BOUNDARY" => MultipartUnmatchedBoundary,
-            "XML" => Xml,
-            "REMOTE_ADDR" => RemoteAddr,
-            "TX" => Tx,
-            "MATCHED_VAR" => MatchedVar,
-            "MATCHED_VARS" => MatchedVars,
-            "MATCHED_VAR_NAME" => MatchedVarName,
-            "MATCHED_VARS_NAMES" => MatchedVarsNames,
-            "REQBODY_PROCESSOR" => ReqbodyProcessor,
-            "REQBODY_ERROR" => ReqbodyError,
-            "REQBODY_ERROR_MSG" => ReqbodyErrorMsg,
-            "UNIQUE_ID" => UniqueId,
-            "IP"
-            | "GEO"
-            | "DURATION"
-            | "ENV"
-            | "GLOBAL"
-            | "SESSION"
-            | "USER"
-            | "RESOURCE"
-            | "REMOTE_HOST"
-            | "REMOTE_PORT"
-            | "SERVER_NAME"
-            | "SERVER_ADDR"
-            | "SERVER_PORT"
-            | "TIME"
-            | "TIME_EPOCH"
-            | "WEBSERVER_ERROR_LOG"
-            | "RULE"
-            | "AUTH_TYPE"
-            | "INBOUND_DATA_ERROR"
-            | "URLENCODED_ERROR"
-            | "REQBODY_PROCESSOR_ERROR"
-            | "MULTIPART_BOUNDARY_QUOTED"
-            | "MULTIPART_BOUNDARY_WHITESPACE"
-            | "MULTIPART_DATA_BEFORE"
-            | "MULTIPART_DATA_AFTER"
-            | "MULTIPART_HEADER_FOLDING"
-            | "MULTIPART_LF_LINE"
-            | "MULTIPART_MISSING_SEMICOLON"
-            | "MULTIPART_INVALID_QUOTING"
-            | "MULTIPART_INVALID_PART"
-            | "MULTIPART_INVALID_HEADER_FOLDING"
-            | "MULTIPART_FILE_LIMIT_EXCEEDED"
-            | "MULTIPART_CRLF_LF_LINES"
-            | "FULL_REQUEST"
-            | "FULL_REQUEST_LENGTH"
-            | "REQUEST_BODY_PROCESSOR"
-            | "STATUS_LINE"
-            | "RESPONSE_BODY"
-            | "RESPONSE_HEADERS"
-            | "RESPONSE_STATUS" => Unsupported,
-            _ => return None,
-        })
-    }
+vars! {
+    Args = "ARGS",
+    ArgsNames = "ARGS_NAMES",
+    ArgsGet = "ARGS_GET",
+    ArgsGetNames = "ARGS_GET_NAMES",
+    ArgsPost = "ARGS_POST",
+    ArgsPostNames = "ARGS_POST_NAMES",
+    ArgsCombinedSize = "ARGS_COMBINED_SIZE",
+    RequestHeaders = "REQUEST_HEADERS",
+    RequestHeadersNames = "REQUEST_HEADERS_NAMES",
+    RequestCookies = "REQUEST_COOKIES",
+    RequestCookiesNames = "REQUEST_COOKIES_NAMES",
+    RequestFilename = "REQUEST_FILENAME",
+    RequestBasename = "REQUEST_BASENAME",
+    RequestUri = "REQUEST_URI",
+    RequestUriRaw = "REQUEST_URI_RAW",
+    RequestLine = "REQUEST_LINE",
+    RequestMethod = "REQUEST_METHOD",
+    RequestProtocol = "REQUEST_PROTOCOL",
+    QueryString = "QUERY_STRING",
+    RequestBody = "REQUEST_BODY",
+    RequestBodyLength = "REQUEST_BODY_LENGTH",
+    Files = "FILES",
+    FilesNames = "FILES_NAMES",
+    FilesCombinedSize = "FILES_COMBINED_SIZE",
+    MultipartPartHeaders = "MULTIPART_PART_HEADERS",
+    MultipartFilename = "MULTIPART_FILENAME",
+    MultipartName = "MULTIPART_NAME",
+    MultipartStrictError = "MULTIPART_STRICT_ERROR",
+    MultipartUnmatchedBoundary = "MULTIPART_UNMATCHED_BOUNDARY",
+    Xml = "XML",
+    RemoteAddr = "REMOTE_ADDR",
+    Tx = "TX",
+    MatchedVar = "MATCHED_VAR",
+    MatchedVars = "MATCHED_VARS",
+    MatchedVarName = "MATCHED_VAR_NAME",
+    MatchedVarsNames = "MATCHED_VARS_NAMES",
+    ReqbodyProcessor = "REQBODY_PROCESSOR",
+    ReqbodyError = "REQBODY_ERROR",
+    ReqbodyErrorMsg = "REQBODY_ERROR_MSG",
+    UniqueId = "UNIQUE_ID",
+}
 
+/// Variables of ModSecurity this engine knows and does not keep.
+const UNSUPPORTED: &[&str] = &[
+    "IP",
+    "GEO",
+    "DURATION",
+    "ENV",
+    "GLOBAL",
+    "SESSION",
+    "USER",
+    "RESOURCE",
+    "REMOTE_HOST",
+    "REMOTE_PORT",
+    "SERVER_NAME",
+    "SERVER_ADDR",
+    "SERVER_PORT",
+    "TIME",
+    "TIME_EPOCH",
+    "WEBSERVER_ERROR_LOG",
+    "RULE",
+    "AUTH_TYPE",
+    "INBOUND_DATA_ERROR",
+    "URLENCODED_ERROR",
+    "REQBODY_PROCESSOR_ERROR",
+    "MULTIPART_BOUNDARY_QUOTED",
+    "MULTIPART_BOUNDARY_WHITESPACE",
+    "MULTIPART_DATA_BEFORE",
+    "MULTIPART_DATA_AFTER",
+    "MULTIPART_HEADER_FOLDING",
+    "MULTIPART_LF_LINE",
+    "MULTIPART_MISSING_SEMICOLON",
+    "MULTIPART_INVALID_QUOTING",
+    "MULTIPART_INVALID_PART",
+    "MULTIPART_INVALID_HEADER_FOLDING",
+    "MULTIPART_FILE_LIMIT_EXCEEDED",
+    "MULTIPART_CRLF_LF_LINES",
+    "FULL_REQUEST",
+    "FULL_REQUEST_LENGTH",
+    "REQUEST_BODY_PROCESSOR",
+    "STATUS_LINE",
+    "RESPONSE_BODY",
+    "RESPONSE_HEADERS",
+    "RESPONSE_STATUS",
+];
+
+impl Var {
     /// Variables whose value is one item without a key.
     pub fn is_single(self) -> bool {
         use Var::*;
