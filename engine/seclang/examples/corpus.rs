@@ -102,6 +102,10 @@ fn main() {
                 e.0 += 1;
             }
         }
+        if std::env::var_os("FEATURES").is_some() {
+            let m: Vec<String> = o.matched.iter().map(|m| format!("{}:{}:{}", m.id, m.paranoia.unwrap_or(1), m.severity.unwrap_or(9))).collect();
+            println!("F {} {}", s("id"), m.join(","));
+        }
         if verbose {
             let ids: Vec<u32> = o.matched.iter().map(|m| m.id).collect();
             println!(
