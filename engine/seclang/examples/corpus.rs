@@ -103,7 +103,18 @@ fn main() {
             }
         }
         if std::env::var_os("FEATURES").is_some() {
-            let m: Vec<String> = o.matched.iter().map(|m| format!("{}:{}:{}", m.id, m.paranoia.unwrap_or(1), m.severity.unwrap_or(9))).collect();
+            let m: Vec<String> = o
+                .matched
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{}:{}:{}",
+                        m.id,
+                        m.paranoia.unwrap_or(1),
+                        m.severity.unwrap_or(9)
+                    )
+                })
+                .collect();
             println!("F {} {}", s("id"), m.join(","));
         }
         if verbose {

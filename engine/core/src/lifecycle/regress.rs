@@ -166,8 +166,11 @@ impl Sample {
             .unwrap_or_default();
         let ua = headers.get("user-agent").cloned();
         let body = s("body");
+        // `benign`: traffic of the kind the engine protects (bench/waf/shop-traffic.jsonl), counted
+        // as false positives when refused.
         let kind = match s("label").as_str() {
             "attack" => Kind::Attack,
+            "benign" => Kind::Benign,
             _ => Kind::Negative,
         };
         let mut request = DecideRequest {
@@ -270,6 +273,13 @@ pub struct SampleResult {
     pub correct: bool,
 }
 
+impl SampleResult {
+    /// Refused by the edge tier.
+    pub fn refused_at_edge(&self) -> bool {
+        self.got.action != Action::Allow && self.got.tier.as_deref() == Some("edge")
+    }
+}
+
 /// Counts for a group of samples.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Rate {
@@ -323,6 +333,29 @@ impl Report {
             let r = m.entry((s.kind, s.paranoia.unwrap_or(0))).or_default();
             r.total += 1;
             r.hits += (s.got.action != Action::Allow) as u64;
+        }
+        m
+    }
+
+    /// Rate of refusals by the edge tier (the WAF's own figure: refusals by later tiers, such
+    /// as a business rule on a recorded request, do not count) by (kind, paranoia level).
+    pub fn edge_by_paranoia(&self) -> BTreeMap<(Kind, u8), Rate> {
+        let mut m: BTreeMap<(Kind, u8), Rate> = BTreeMap::new();
+        for s in &self.results {
+            let r = m.entry((s.kind, s.paranoia.unwrap_or(0))).or_default();
+            r.total += 1;
+            r.hits += s.refused_at_edge() as u64;
+        }
+        m
+    }
+
+    /// [`Report::edge_by_paranoia`] by (kind, category).
+    pub fn edge_by_category(&self) -> BTreeMap<(Kind, String), Rate> {
+        let mut m: BTreeMap<(Kind, String), Rate> = BTreeMap::new();
+        for s in &self.results {
+            let r = m.entry((s.kind, s.category.clone())).or_default();
+            r.total += 1;
+            r.hits += s.refused_at_edge() as u64;
         }
         m
     }
@@ -383,6 +416,8 @@ pub struct Runner {
     version: String,
     /// Worker threads (samples are independent).
     pub threads: usize,
+    /// The CRS `crs(req)` judges with, as in the engine.
+    pub crs: Option<crate::waf::crs::SharedCrs>,
 }
 
 impl Runner {
@@ -394,7 +429,14 @@ impl Runner {
             sources,
             settings,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            crs: None,
         })
+    }
+
+    /// This runner judging `crs(req)` with `crs`.
+    pub fn with_crs(mut self, crs: Option<crate::waf::crs::SharedCrs>) -> Runner {
+        self.crs = crs;
+        self
     }
 
     pub fn version(&self) -> &str {
@@ -484,6 +526,7 @@ impl World {
             quotas: quotas.clone(),
             reputation: Default::default(),
             policies: Default::default(),
+            crs: runner.crs.clone(),
         };
         let set = RuleSet::compile(&runner.sources, runner.settings.clone(), &state)
             .expect("validated in Runner::new");

@@ -73,6 +73,8 @@ enum P {
     TypeOf(Box<P>),
     /// `waf(r)`, or `waf_part(r)` when `true`.
     Waf(Box<P>, bool),
+    /// `crs(r)`.
+    Crs(Box<P>),
     WafValue(Box<P>),
     List(ListFn, Box<P>, Box<P>),
     /// `a + b` of two strings.
@@ -96,6 +98,7 @@ impl P {
             | P::Not(a)
             | P::TypeOf(a)
             | P::Waf(a, _)
+            | P::Crs(a)
             | P::WafValue(a) => a.size(),
             P::Param(a, b)
             | P::Header(a, b)
@@ -338,6 +341,7 @@ fn compile_expr(e: &Expr, names: &[&str], counting: bool) -> P {
             match (call.name.as_str(), args) {
                 ("type_of", [a]) => P::TypeOf(b(a)),
                 ("waf", [r]) => P::Waf(b(r), false),
+                ("crs", [r]) => P::Crs(b(r)),
                 ("waf_part", [r]) => P::Waf(b(r), true),
                 ("waf_value", [v]) => P::WafValue(b(v)),
                 ("in_list", [l, v]) => P::List(ListFn::InList, b(l), b(v)),
@@ -446,6 +450,13 @@ impl<'a> Cx<'a> {
                 } else {
                     self.req.waf_name()
                 }))
+            }
+            P::Crs(r) => {
+                let V::Req = self.eval(r)? else {
+                    return None;
+                };
+                let crs = self.state.and_then(|s| s.crs.as_deref());
+                Some(V::Str(self.req.crs_name(crs)))
             }
             P::WafValue(v) => {
                 let v = self.eval(v)?;

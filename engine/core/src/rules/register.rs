@@ -138,6 +138,19 @@ pub(super) fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai:
     e.register_fn("waf", |r: &mut Req| -> ImmutableString {
         r.waf_name().into()
     });
+    let crs = full_state.as_ref().and_then(|s| s.crs.clone());
+    let c = crs.clone();
+    e.register_fn("crs", move |r: &mut Req| -> ImmutableString {
+        r.crs_name(c.as_deref()).into()
+    });
+    let c = crs.clone();
+    e.register_fn("crs_rules", move |r: &mut Req| -> ImmutableString {
+        r.crs(c.as_deref()).rule_list().into()
+    });
+    let c = crs;
+    e.register_fn("crs_score", move |r: &mut Req| -> i64 {
+        r.crs(c.as_deref()).score
+    });
     e.register_fn("waf_part", |r: &mut Req| -> ImmutableString {
         r.waf_part().into()
     });

@@ -38,6 +38,8 @@ pub struct ReqData {
     pub now_ms: i64,
     /// The WAF scan of this request, done once however many rules ask.
     pub(super) waf_hit: std::sync::OnceLock<Option<(crate::waf::Attack, &'static str)>>,
+    /// The CRS's verdict on this request, judged once however many rules ask.
+    pub(super) crs_hit: std::sync::OnceLock<crate::waf::crs::CrsVerdict>,
 }
 
 impl Req {
@@ -63,6 +65,7 @@ impl Req {
             method_upper,
             now_ms,
             waf_hit: std::sync::OnceLock::new(),
+            crs_hit: std::sync::OnceLock::new(),
         }))
     }
 
@@ -140,6 +143,23 @@ impl ReqData {
                 r.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
             )
         })
+    }
+
+    /// The CRS's verdict on the request (cached); nothing found without a CRS.
+    pub fn crs(&self, crs: Option<&crate::waf::crs::Crs>) -> &crate::waf::crs::CrsVerdict {
+        self.crs_hit
+            .get_or_init(|| crs.map(|c| c.judge(&self.src)).unwrap_or_default())
+    }
+
+    /// `crs(req)`: the attack family of the first CRS rule that matched, when the request
+    /// reached the anomaly threshold; else "".
+    pub(super) fn crs_name(&self, crs: Option<&crate::waf::crs::Crs>) -> &'static str {
+        let v = self.crs(crs);
+        if v.blocked {
+            v.attack()
+        } else {
+            ""
+        }
     }
 
     /// `waf(req)`: the attack's name, or "".

@@ -21,6 +21,8 @@ pub struct RuleState {
     pub reputation: ReputationPolicy,
     /// What a helper does when its store fails.
     pub policies: StorePolicies,
+    /// The OWASP Core Rule Set `crs(req)` judges with (none: `crs(req)` finds nothing).
+    pub crs: Option<crate::waf::crs::SharedCrs>,
 }
 
 /// How decisions feed reputation (see [`RuleState::learn`]).
@@ -59,7 +61,14 @@ impl RuleState {
             quotas: Arc::new(LocalQuotas::new(max_entries, QUOTA_POOL_TTL_MS)),
             reputation: ReputationPolicy::default(),
             policies: StorePolicies::default(),
+            crs: None,
         }
+    }
+
+    /// This state judging `crs(req)` with `crs`.
+    pub fn with_crs(mut self, crs: Option<crate::waf::crs::SharedCrs>) -> Self {
+        self.crs = crs;
+        self
     }
 
     pub fn maintain(&self, now_ms: i64) {

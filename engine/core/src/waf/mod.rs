@@ -29,6 +29,7 @@
 //! The vocabulary files come from the OWASP Core Rule Set (Apache License 2.0, see
 //! `data/CRS-LICENSE.txt`); the detectors themselves are written here.
 
+pub mod crs;
 mod markup;
 mod norm;
 mod php;
@@ -668,7 +669,36 @@ pub fn scan_request<'a>(
         strings: Vec::new(),
         record: true,
     };
-    if !body.is_empty() {
+    let headers: Vec<(&str, &str)> = headers.collect();
+    let multipart = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        .map(|(_, v)| *v)
+        .filter(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("multipart/")
+        });
+    if let (Some(ctype), false) = (multipart, body.is_empty()) {
+        // A multipart body is its parts: each field's value, and each file's name (the file's
+        // bytes are the application's business, and its line breaks are the format's own).
+        let m = rampart_seclang::body::multipart(ctype, body.as_bytes());
+        let found = m
+            .args
+            .iter()
+            .find_map(|(k, v)| {
+                scan_value(&String::from_utf8_lossy(k))
+                    .or_else(|| scan_value(&String::from_utf8_lossy(v)))
+            })
+            .or_else(|| {
+                m.files
+                    .iter()
+                    .find_map(|(_, f)| scan_value(&String::from_utf8_lossy(f)))
+            });
+        if let Some(a) = found {
+            return Some((a, "body"));
+        }
+    } else if !body.is_empty() {
         let found = match &body_json {
             Some(v) if v.is_object() || v.is_array() => scan_json(v, &mut clean),
             _ if body.contains('=') && !body.trim_start().starts_with('<') => {

@@ -134,11 +134,13 @@ fn load(config: Option<&std::path::Path>) -> Result<Validated, String> {
         .map_err(|e| e.to_string())
 }
 
-/// [`load`], and the TLS files read: what `serve` and `check` need before binding a port.
+/// [`load`], the TLS files read and the CRS compiled: what `serve` and `check` need before
+/// binding a port.
 fn load_serving(config: Option<&std::path::Path>) -> Result<Validated, String> {
     Config::load(config)
         .and_then(|c| c.validate())
         .and_then(Validated::with_tls)
+        .and_then(Validated::with_crs)
         .map_err(|e| e.to_string())
 }
 
@@ -310,6 +312,29 @@ fn check(config: Option<PathBuf>) -> ExitCode {
     }
     for (id, _, w) in &v.apps {
         println!("app {id}: window ±{w} ms");
+    }
+    match (&v.crs, v.raw.waf.dir()) {
+        (Some(crs), Some(dir)) => {
+            let (left, folded) = crs.rule_counts();
+            println!(
+                "waf: OWASP CRS {} from {}, paranoia {}, threshold {}: {} rules per request ({} folded at load), {} files",
+                if crs.version.is_empty() { "(unversioned)" } else { crs.version.as_str() },
+                dir.display(),
+                crs.options.paranoia,
+                crs.options.threshold,
+                left,
+                folded,
+                crs.files.len()
+            );
+            for w in crs.warnings().iter().filter(|w| !w.contains("is ignored")) {
+                println!("warning: waf: {w}");
+            }
+        }
+        _ if !v.raw.waf.crs => println!("waf: CRS off ([waf] crs = false); crs(req) finds nothing"),
+        _ => println!(
+            "warning: waf: no CRS rules directory ([waf] crs_dir, or Debian's modsecurity-crs at {}); crs(req) finds nothing",
+            crate::config::DEBIAN_CRS_DIR
+        ),
     }
     for r in v.raw.routes.iter().filter(|r| r.window_ms.is_some()) {
         println!(

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use rampart_core::lifecycle::regress::{Kind, Report, Runner, Sample};
 use rampart_core::rules::RuleSettings;
+use rampart_core::waf::crs::SharedCrs;
 
 use rampart_files::{read_samples, read_sources};
 
@@ -28,19 +29,31 @@ pub struct RegressArgs {
     /// Print the full report as JSON.
     #[arg(long)]
     json: bool,
+    /// Configuration whose `[waf]` section sets up the CRS for `crs(req)` (default: the embedded
+    /// defaults, which run Debian's CRS when it is installed).
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// List every failing sample (default: the first 20).
     #[arg(long)]
     all: bool,
 }
 
-fn runner(dir: &Path) -> Result<Runner, String> {
+fn runner(dir: &Path, crs: &Option<SharedCrs>) -> Result<Runner, String> {
     let sources = read_sources(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    Runner::new(sources, RuleSettings::default()).map_err(|errs| {
-        errs.iter()
-            .map(|e| format!("{}:{}:{}: {}", e.file, e.line, e.column, e.message))
-            .collect::<Vec<_>>()
-            .join("\n")
-    })
+    Runner::new(sources, RuleSettings::default())
+        .map(|r| r.with_crs(crs.clone()))
+        .map_err(|errs| {
+            errs.iter()
+                .map(|e| format!("{}:{}:{}: {}", e.file, e.line, e.column, e.message))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+}
+
+/// The CRS of the configuration's `[waf]` section (embedded defaults when none is given).
+fn crs(config: Option<&Path>) -> Result<Option<SharedCrs>, String> {
+    let c = crate::config::Config::load(config).map_err(|e| e.to_string())?;
+    c.waf.load().map_err(|e| e.join("\n"))
 }
 
 pub fn run(a: RegressArgs) -> ExitCode {
@@ -72,7 +85,8 @@ fn pct(hits: u64, total: u64) -> String {
 }
 
 fn regress(a: &RegressArgs) -> Result<(String, bool), String> {
-    let r = runner(&a.rules)?;
+    let crs = crs(a.config.as_deref())?;
+    let r = runner(&a.rules, &crs)?;
     let samples = read_samples(&a.samples)?;
     let report = r.run(&samples);
     let corpus = match &a.crs {
@@ -89,7 +103,7 @@ fn regress(a: &RegressArgs) -> Result<(String, bool), String> {
         None => None,
     };
     let other = match &a.against {
-        Some(dir) => Some(runner(dir)?.run(&samples)),
+        Some(dir) => Some(runner(dir, &crs)?.run(&samples)),
         None => None,
     };
     let ok = report.failures().next().is_none();
@@ -180,19 +194,20 @@ fn text_report(
     if let Some(c) = corpus {
         let _ = writeln!(
             o,
-            "\nCRS corpus ({} requests), refused by paranoia level:",
+            "\nCRS-format corpus ({} requests), refused at the edge by paranoia level:",
             c.results.len()
         );
-        for ((kind, pl), rate) in c.by_paranoia() {
+        for ((kind, pl), rate) in c.edge_by_paranoia() {
             let label = match kind {
                 Kind::Attack => "attack",
-                _ => "negative",
+                Kind::Benign => "benign",
+                Kind::Negative => "negative",
             };
             let _ = writeln!(o, "  {label:<9} PL{pl}: {}", pct(rate.hits, rate.total));
         }
-        let _ = writeln!(o, "  by family (attacks):");
-        for ((kind, cat), rate) in c.by_category() {
-            if kind == Kind::Attack {
+        let _ = writeln!(o, "  by family (attacks; benign by route):");
+        for ((kind, cat), rate) in c.edge_by_category() {
+            if kind != Kind::Negative {
                 let _ = writeln!(o, "    {cat:<18} {}", pct(rate.hits, rate.total));
             }
         }

@@ -4,13 +4,14 @@
 use super::{Config, ConfigError};
 
 /// Sections that `RAMPART_<SECTION>_<KEY>` may override (longest match first).
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 8] = [
     "decision_log",
     "admin",
     "fingerprint",
     "server",
     "state",
     "rules",
+    "waf",
     "log",
 ];
 

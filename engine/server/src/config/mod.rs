@@ -2,8 +2,8 @@
 //! whole before any port is bound. Every key is documented in `docs/config.md`.
 //!
 //! One file per section, each with its struct, defaults and validator: [`server`], [`apps`],
-//! [`state`], [`fingerprint`] (with `[[routes]]`), [`decision_log`], [`rules`], [`admin`],
-//! [`log`]. [`env`] applies the environment overrides; [`summary`] is what a validated
+//! [`state`], [`fingerprint`] (with `[[routes]]`), [`decision_log`], [`rules`], [`waf`],
+//! [`admin`], [`log`]. [`env`] applies the environment overrides; [`summary`] is what a validated
 //! configuration prints about itself (`rampart check`, the console's settings page).
 //! [`Config::validate`] runs the section validators in a fixed order into one list of problems.
 
@@ -18,6 +18,7 @@ mod server;
 mod state;
 mod summary;
 pub(crate) mod tls;
+mod waf;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -36,6 +37,7 @@ pub use rules::RulesConfig;
 pub use server::ServerConfig;
 pub use state::{Backend, NonceMode, OnStoreError, StateConfig};
 pub use summary::WIDE_WINDOW_MS;
+pub use waf::{WafConfig, DEBIAN_CRS_DIR};
 
 /// The secret of the `demo` app of the embedded defaults. For local trials only.
 pub const DEMO_SECRET: &str = "demo-secret";
@@ -57,6 +59,8 @@ pub struct Config {
     pub decision_log: DecisionLogConfig,
     #[serde(default)]
     pub rules: RulesConfig,
+    #[serde(default)]
+    pub waf: WafConfig,
     #[serde(default)]
     pub log: LogConfig,
     #[serde(default)]
@@ -85,6 +89,9 @@ pub struct Validated {
     /// The TLS settings when `[server] tls_cert_file` and `tls_key_file` are set, read by
     /// [`Validated::with_tls`] (`serve` and `check` only: other commands never need the key).
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// The compiled CRS when `[waf]` runs one, read by [`Validated::with_crs`] (`serve`,
+    /// `check`: other commands never need it).
+    pub crs: Option<std::sync::Arc<rampart_core::waf::crs::Crs>>,
 }
 
 impl Config {
@@ -104,6 +111,7 @@ impl Config {
             routes: Vec::new(),
             decision_log: DecisionLogConfig::default(),
             rules: RulesConfig::default(),
+            waf: WafConfig::default(),
             log: LogConfig::default(),
             // A local trial: rule sets may be uploaded from the console without a pipeline key.
             admin: AdminConfig {
@@ -161,6 +169,7 @@ impl Config {
         fingerprint::check(&self.fingerprint, &self.routes, &self.apps, &mut errs);
         self.decision_log.check(&mut errs);
         self.rules.check(&mut errs);
+        self.waf.check(&mut errs);
         self.log.check(&mut errs);
         self.admin.check(&mut errs);
         self.server.check_tls_pair(&mut errs);
@@ -174,6 +183,7 @@ impl Config {
             filter: state.filter,
             retention_ms: state.retention_ms,
             tls: None,
+            crs: None,
         })
     }
 }
@@ -192,6 +202,13 @@ impl Config {
 }
 
 impl Validated {
+    /// Reads and compiles the OWASP CRS when `[waf]` runs one, before any port is bound; a rule
+    /// file that does not compile is a configuration error naming its file and line.
+    pub fn with_crs(mut self) -> Result<Validated, ConfigError> {
+        self.crs = self.raw.waf.load().map_err(ConfigError::Invalid)?;
+        Ok(self)
+    }
+
     /// Reads and checks the TLS certificate and key when they are configured (parsable, the key
     /// matches the certificate), before any port is bound.
     pub fn with_tls(mut self) -> Result<Validated, ConfigError> {

@@ -200,6 +200,7 @@ impl Runtime {
         let mut rule_state = RuleState::local(cfg.raw.rules.max_limiter_keys);
         rule_state.reputation.window_ms = cfg.raw.rules.reputation_window_ms;
         rule_state.policies = st.policies();
+        rule_state.crs = cfg.crs.clone();
         let (nonces, fingerprints, redis, redis_nonces): (
             Arc<dyn NonceStore>,
             Arc<dyn FingerprintStore>,
