@@ -304,6 +304,21 @@ pub(super) fn nodejs(lower: &str) -> bool {
         "require(`",
         "global.process",
         "this.constructor",
+        // Denial of service by an endless loop or exit in evaluated JavaScript.
+        "while(true)",
+        "while (true)",
+        "while(1)",
+        "while (1)",
+        "for(;;)",
+        "for (;;)",
+        "process.exit(",
+        "process.abort(",
+        "setinterval(",
+        "res.end(",
+        "fs.readfilesync(",
+        "fs.writefilesync(",
+        "new function(",
+        "function(\"return",
     ];
     static AC: OnceLock<AhoCorasick> = OnceLock::new();
     AC.get_or_init(|| automaton(MARKERS)).is_match(lower)

@@ -30,6 +30,7 @@
 //! `data/CRS-LICENSE.txt`); the detectors themselves are written here.
 
 pub mod crs;
+mod generic;
 mod markup;
 mod norm;
 mod php;
@@ -60,10 +61,15 @@ pub enum Attack {
     Ssrf,
     Nodejs,
     SessionFixation,
+    /// Server-side template injection.
+    Ssti,
+    PrototypePollution,
+    /// Python, Ruby or Perl code.
+    CodeInjection,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 12] = [
+    pub const ALL: [Attack; 15] = [
         Attack::Sqli,
         Attack::Xss,
         Attack::Traversal,
@@ -76,6 +82,9 @@ impl Attack {
         Attack::Ssrf,
         Attack::Nodejs,
         Attack::SessionFixation,
+        Attack::Ssti,
+        Attack::PrototypePollution,
+        Attack::CodeInjection,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -92,6 +101,9 @@ impl Attack {
             Attack::Ssrf => "ssrf",
             Attack::Nodejs => "nodejs",
             Attack::SessionFixation => "session_fixation",
+            Attack::Ssti => "ssti",
+            Attack::PrototypePollution => "prototype_pollution",
+            Attack::CodeInjection => "code_injection",
         }
     }
 }
@@ -303,18 +315,28 @@ fn include_parameter(name: &str) -> bool {
 fn session_parameter(name: &str) -> bool {
     let n = norm::decoded_lower(name);
     let n = n.trim();
-    matches!(
-        n,
-        "jsessionid"
-            | "phpsessid"
-            | "aspsessionid"
-            | "asp.net_sessionid"
-            | "cfid"
-            | "cftoken"
-            | "sessionid"
-            | "sid"
-            | "session_id"
-    ) || n.starts_with("aspsessionid")
+    // Server platforms' session cookie names, also with a prefix (`x_phpsessid`).
+    const NAMES: &[&str] = &[
+        "jsessionid",
+        "phpsessid",
+        "phpsession",
+        "aspsessionid",
+        "asp.net_sessionid",
+        "cfid",
+        "cftoken",
+        "cfsid",
+        "sessionid",
+        "session_id",
+        "session-id",
+        "weblogicsession",
+        "jservsession",
+        "jwsession",
+        "zendsessid",
+        "ci_session",
+        "laravel_session",
+        "connect.sid",
+    ];
+    n == "sid" || n.starts_with("aspsessionid") || NAMES.iter().any(|s| n.ends_with(s))
 }
 
 /// Deserialisation gadgets that make `Runtime`/`ProcessBuilder` run commands.
@@ -536,6 +558,9 @@ fn scan_decoded(v: &str, shape: Shape, libinjection_sql: bool) -> Option<Attack>
     if shape.any(S::COLON) && proto::ssrf(&lower) {
         return Some(Attack::Ssrf);
     }
+    if shape.any(S::COLON | S::SLASH) && proto::schemeless_ssrf(&lower) {
+        return Some(Attack::Ssrf);
+    }
     if shape.any(S::COLON | S::OTHER) && rfi(&lower) {
         return Some(Attack::Rfi);
     }
@@ -552,9 +577,7 @@ fn scan_decoded(v: &str, shape: Shape, libinjection_sql: bool) -> Option<Attack>
         | S::BACKTICK
         | S::OTHER
         | S::BACKSLASH;
-    if (libinjection_sql
-        && shape.any(sql_tokens)
-        && libinjectionrs::detect_sqli(v.as_bytes()).is_injection())
+    if (libinjection_sql && shape.any(sql_tokens) && rampart_seclang::ops::sqli(v.as_bytes()).0)
         || (shape.any(S::OPEN) && sql::sql_function_call(&stripped_lower))
         || sql::sql_statements(&stripped_lower)
         || (shape.has(S::QUOTE) && shape.any(S::BRACE | S::BRACKET) && sql::json_operand(v))
@@ -563,10 +586,30 @@ fn scan_decoded(v: &str, shape: Shape, libinjection_sql: bool) -> Option<Attack>
         return Some(Attack::Sqli);
     }
     if (shape.any(S::LT | S::GT | S::EQ | S::COLON | S::QUOTE | S::BACKTICK)
-        && libinjectionrs::detect_xss(v.as_bytes()).is_injection())
+        && rampart_seclang::ops::xss(v.as_bytes()))
         || markup::xss(&stripped_lower, shape)
     {
         return Some(Attack::Xss);
+    }
+    if shape.any(S::BRACE | S::LT | S::HASH) && generic::ssti(&lower) {
+        return Some(Attack::Ssti);
+    }
+    if shape.any(S::UNDERSCORE | S::BRACKET | S::DOT) && generic::prototype_pollution(&lower) {
+        return Some(Attack::PrototypePollution);
+    }
+    if shape.any(S::OPEN | S::UNDERSCORE | S::DOT | S::BRACE | S::OTHER)
+        && generic::code_injection(&lower)
+    {
+        return Some(Attack::CodeInjection);
+    }
+    if shape.any(S::DOT | S::COLON) && generic::sets_cookie(&lower) {
+        return Some(Attack::SessionFixation);
+    }
+    if shape.any(S::COLON) && generic::data_uri(&lower) {
+        return Some(Attack::Rfi);
+    }
+    if shape.any(S::NEWLINE) && generic::mail_commands(v) {
+        return Some(Attack::Protocol);
     }
     if shell::cmdi(v) {
         return Some(Attack::Cmdi);
@@ -691,9 +734,13 @@ pub fn scan_request<'a>(
                     .or_else(|| scan_value(&String::from_utf8_lossy(v)))
             })
             .or_else(|| {
-                m.files
-                    .iter()
-                    .find_map(|(_, f)| scan_value(&String::from_utf8_lossy(f)))
+                m.files.iter().find_map(|(_, f)| {
+                    let f = String::from_utf8_lossy(f);
+                    if generic::restricted_upload(&f.to_ascii_lowercase()) {
+                        return Some(Attack::Cmdi);
+                    }
+                    scan_value(&f)
+                })
             });
         if let Some(a) = found {
             return Some((a, "body"));
@@ -715,7 +762,11 @@ pub fn scan_request<'a>(
     if let Some(a) = params.and_then(|p| scan_json(p, &mut clean)) {
         return Some((a, "params"));
     }
-    for (name, value) in headers {
+    for &(name, value) in &headers {
+        // A line break in a header value is header injection, whatever the header.
+        if value.contains(['\r', '\n']) {
+            return Some((Attack::Protocol, "header"));
+        }
         if UNSCANNED_HEADERS
             .iter()
             .any(|h| h.eq_ignore_ascii_case(name))

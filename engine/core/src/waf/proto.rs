@@ -170,6 +170,49 @@ pub(super) fn ssrf(v: &str) -> bool {
     internal_host(host)
 }
 
+/// An internal address without a scheme (`localhost:8080/admin`, `//169.254.169.254/latest`,
+/// `127.0.0.1:6379`): what a server-side fetch that prepends its own scheme reaches.
+pub(super) fn schemeless_ssrf(lower: &str) -> bool {
+    let v = lower.trim().trim_start_matches("//");
+    let end = v.find(['/', '?', '#']).unwrap_or(v.len());
+    let authority = &v[..end];
+    if authority.is_empty() || authority.contains(' ') {
+        return false;
+    }
+    let host = authority.rsplit('@').next().unwrap_or("");
+    let (host, port) = if host.starts_with('[') {
+        let h = host.split(']').next().unwrap_or("").trim_start_matches('[');
+        (h, host.rsplit_once("]:").map(|(_, p)| p))
+    } else {
+        match host.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (host, None),
+        }
+    };
+    let port_ok = port.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    // A bare word is not an address: it needs a port, a path, or to be unmistakable.
+    let addressed = port_ok || end < v.len() || lower.trim().starts_with("//");
+    let unmistakable = host.parse::<Ipv4Addr>().is_ok()
+        || host.contains("metadata")
+        || host.ends_with(".internal");
+    (addressed || unmistakable)
+        && host.len() >= 3
+        && internal_host(host)
+        && !host.bytes().all(|b| b.is_ascii_digit())
+        || vocabulary_metadata(host)
+}
+
+fn vocabulary_metadata(host: &str) -> bool {
+    matches!(
+        host,
+        "169.254.169.254"
+            | "metadata.google.internal"
+            | "100.100.100.200"
+            | "fd00:ec2::254"
+            | "169.254.170.2"
+    )
+}
+
 fn internal_host(host: &str) -> bool {
     if matches!(
         host,

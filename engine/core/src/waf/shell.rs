@@ -228,14 +228,191 @@ fn empty_expansion(b: &[u8], i: usize) -> bool {
     glued || (command_position && b.get(end).is_some_and(|c| c.is_ascii_whitespace()))
 }
 
+/// Shell syntax that is evidence without a command name: `${IFS}`-style expansions, arithmetic
+/// `$((…))`, process substitution `<(…)`, brace expansion of a command (`{cat,/etc/passwd}`),
+/// history (`!-2`) and alias invocation, and Windows `FOR /F` / `IF EXIST` batch syntax.
+pub(super) fn shell_syntax(lower: &str) -> bool {
+    const MARKERS: &[&str] = &[
+        "${ifs", "$ifs$", "$((", "${path:", "${home:", "${shell", "${pwd", "${@", "${#", "${!",
+    ];
+    if MARKERS.iter().any(|m| lower.contains(m)) {
+        return true;
+    }
+    if (lower.contains("<(") || lower.contains(">(")) && lower.contains(')') {
+        let inner = lower
+            .split(['<', '>'])
+            .skip(1)
+            .any(|p| p.starts_with('(') && command_line(&p[1..], Sep::Code));
+        if inner {
+            return true;
+        }
+    }
+    // `{cmd,arg}`: a brace list whose first item is a command.
+    let brace = lower.match_indices('{').any(|(i, _)| {
+        let rest = &lower[i + 1..];
+        let Some(close) = rest.find('}') else {
+            return false;
+        };
+        let items: Vec<&str> = rest[..close].split(',').collect();
+        items.len() >= 2
+            && !items[0].contains(' ')
+            && is_command(items[0].rsplit('/').next().unwrap_or(items[0]))
+    });
+    if brace {
+        return true;
+    }
+    // History: `!-1`, `!!` or `!$` glued to separators/commands (`;!-2`, `|!!`).
+    let history = lower.match_indices('!').any(|(i, _)| {
+        let next = lower.as_bytes().get(i + 1).copied();
+        let before = lower[..i].trim_end().chars().last();
+        let sep_before = matches!(
+            before,
+            None | Some(';') | Some('|') | Some('&') | Some('`') | Some('(')
+        );
+        sep_before
+            && (next == Some(b'-') && lower.as_bytes().get(i + 2).is_some_and(u8::is_ascii_digit)
+                || next == Some(b'!')
+                || next == Some(b'$'))
+    });
+    if history {
+        return true;
+    }
+    // `alias x=…`, `unalias x`.
+    let alias = ["alias ", "unalias "].iter().any(|a| {
+        lower.match_indices(a).any(|(i, m)| {
+            let before = lower[..i].trim_end().chars().last();
+            let word: String = lower[i + m.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            matches!(
+                before,
+                None | Some(';') | Some('|') | Some('&') | Some('`') | Some('(')
+            ) && !word.is_empty()
+                && (a.starts_with('u') || lower[i + m.len() + word.len()..].starts_with('='))
+        })
+    });
+    if alias {
+        return true;
+    }
+    // Windows batch: `for /f … in (…) do`, `if exist …`, `if not defined …`.
+    let batch_for = lower.match_indices("for /").any(|(i, m)| {
+        lower
+            .as_bytes()
+            .get(i + m.len())
+            .is_some_and(|c| matches!(c, b'f' | b'l' | b'r' | b'd'))
+            && lower[i..].contains(" in (")
+            && lower[i..].contains(" do ")
+    });
+    let batch_if = [
+        "if exist ",
+        "if not exist ",
+        "if defined ",
+        "if not defined ",
+        "if errorlevel ",
+        "if %",
+    ]
+    .iter()
+    .any(|p| {
+        lower.match_indices(p).any(|(i, _)| {
+            matches!(
+                lower[..i].trim_end().chars().last(),
+                None | Some('&') | Some('|') | Some(';') | Some('(')
+            )
+        })
+    });
+    if batch_for || batch_if {
+        return true;
+    }
+    windows_command_line(lower)
+}
+
+/// PowerShell aliases that run or fetch code (`iex`, `iwr`, `saps`), after a separator.
+/// (Two-letter aliases such as `rv`, `sv`, `ni` are left out: user agents hold `; rv 1.8`.)
+const POWERSHELL_ALIASES: &[&str] = &[
+    "iex",
+    "iwr",
+    "irm",
+    "saps",
+    "start-process",
+    "gwmi",
+    "icm",
+    "ipmo",
+    "spps",
+    "invoke-expression",
+    "invoke-webrequest",
+    "invoke-restmethod",
+    "ipconfig",
+    "nslookup",
+    "systeminfo",
+];
+
+/// cmd.exe commands that are English words (`dir`, `type`, `copy`): evidence only with a
+/// Windows-looking argument (`c:\`, `%windir%`, `\\host\share`).
+const CMD_BUILTINS: &[&str] = &[
+    "dir", "type", "copy", "del", "erase", "move", "ren", "echo", "set", "start", "call", "net",
+    "cd", "more", "find", "findstr", "attrib", "tree",
+];
+
+/// A Windows command line after a separator: a PowerShell alias, or a cmd.exe built-in with a
+/// Windows path or variable; `%comspec%`-style variables anywhere.
+fn windows_command_line(lower: &str) -> bool {
+    const VARS: &[&str] = &[
+        "%comspec%",
+        "%systemroot%",
+        "%windir%",
+        "%programfiles%",
+        "%userprofile%",
+        "%appdata%",
+        "%temp%",
+        "%homedrive%",
+        "%systemdrive%",
+    ];
+    if VARS.iter().any(|v| lower.contains(v)) {
+        return true;
+    }
+    let b = lower.as_bytes();
+    (0..b.len()).any(|i| {
+        if !matches!(b[i], b';' | b'|' | b'&' | b'\n') {
+            return false;
+        }
+        let rest = lower[i + 1..].trim_start_matches([' ', '|', '&', '\t']);
+        let word: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        let arg = rest[word.len()..].trim_start();
+        if POWERSHELL_ALIASES.contains(&word.as_str())
+            && rest[word.len()..].starts_with([' ', '(', '\t'])
+        {
+            return true;
+        }
+        CMD_BUILTINS.contains(&word.as_str())
+            && rest[word.len()..].starts_with([' ', '\t'])
+            && (arg.len() > 2
+                && arg.as_bytes()[1] == b':'
+                && arg.as_bytes()[0].is_ascii_alphabetic()
+                && matches!(arg.as_bytes()[2], b'\\' | b'/')
+                || arg.starts_with("\\\\")
+                || arg.starts_with('%') && arg[1..].contains('%'))
+    })
+}
+
 pub(super) fn cmdi(v: &str) -> bool {
     let vocab = vocabulary();
     if vocab.shell_tokens.is_match(v) {
         return true;
     }
     let trimmed = v.trim_start();
-    if trimmed.starts_with("() {") || trimmed.starts_with("(){") {
+    if trimmed.starts_with("() {")
+        || trimmed.starts_with("(){")
+        || v.contains("() { :;}")
+        || v.contains("(){:;}")
+    {
         return true; // Shellshock
+    }
+    if shell_syntax(&v.to_ascii_lowercase()) {
+        return true;
     }
     let unquoted = if v.contains(['\'', '"', '\\', '$']) {
         std::borrow::Cow::Owned(shell_unquote(v))
