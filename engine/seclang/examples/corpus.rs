@@ -107,12 +107,8 @@ fn main() {
                 .matched
                 .iter()
                 .map(|m| {
-                    format!(
-                        "{}:{}:{}",
-                        m.id,
-                        m.paranoia.unwrap_or(1),
-                        m.severity.unwrap_or(9)
-                    )
+                    let var = m.var.split(':').next().unwrap_or("");
+                    format!("{}:{}:{}:{}", m.id, m.paranoia.unwrap_or(1), m.severity.unwrap_or(9), var)
                 })
                 .collect();
             println!("F {} {}", s("id"), m.join(","));
