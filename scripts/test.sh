@@ -40,6 +40,12 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
   $sudo_cmd apt-get install -y --no-install-recommends nginx-light >/dev/null \
     || { $sudo_cmd apt-get update >/dev/null && $sudo_cmd apt-get install -y --no-install-recommends nginx-light >/dev/null; }
 fi
+# The edge tier's CRS: Debian's OWASP Core Rule Set (rules and data files, no web server).
+if [ ! -d /usr/share/modsecurity-crs/rules ]; then
+  echo "installing modsecurity-crs (Debian package: the OWASP Core Rule Set)"
+  $sudo_cmd apt-get install -y --no-install-recommends modsecurity-crs >/dev/null \
+    || { $sudo_cmd apt-get update >/dev/null && $sudo_cmd apt-get install -y --no-install-recommends modsecurity-crs >/dev/null; }
+fi
 echo "clickhouse-server: $(dpkg-query -W -f='${Version}' clickhouse-server 2>/dev/null || echo present)"
 # The console's browser tests drive Debian's Chromium (test tools cannot download browsers here).
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then

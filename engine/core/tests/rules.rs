@@ -411,7 +411,8 @@ fn runaway_scripts_are_cut_off_and_answered_by_the_tier_default() {
             "garbage",
             30,
             "",
-            "ip_in(\"no-such-list\", 42)",
+            // A list named at run time (a literal name of a missing list is a compile error).
+            "let l = \"no-such\" + \"-list\"; ip_in(l, 42)",
         ),
         rule(
             "edge/badcode.rhai",
@@ -1060,4 +1061,53 @@ fn an_owned_request_is_decided_in_place_and_given_back() {
         let (v, _) = e.decide_owned(back, now);
         assert_eq!(v.unwrap().code, Code::ReplayDuplicate);
     }
+}
+
+#[test]
+fn typos_in_names_are_located_compile_errors() {
+    let sources = vec![
+        src("lists/bad-methods.txt", "TRACE\n"),
+        rule(
+            "edge/typo.rhai",
+            "typo",
+            10,
+            "",
+            "if req.cleard == \"1\" { deny(\"x\") }",
+        ),
+        rule(
+            "edge/list.rhai",
+            "list",
+            20,
+            "",
+            "if in_list(\"bad-methds\", req.method) { deny(\"x\") }",
+        ),
+        rule(
+            "edge/fine.rhai",
+            "fine",
+            30,
+            "",
+            "if in_list(\"bad-methods\", req.method) || req.user_agent == \"\" { deny(\"x\") }",
+        ),
+    ];
+    let errs = match RuleSet::compile(&sources, RuleSettings::default(), &RuleState::local(1000)) {
+        Ok(_) => panic!("typos compiled"),
+        Err(e) => e,
+    };
+    let found: Vec<(&str, usize, &str)> = errs
+        .iter()
+        .map(|e| (e.file.as_str(), e.line, e.message.as_str()))
+        .collect();
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(
+        found
+            .iter()
+            .any(|(f, _, m)| *f == "edge/typo.rhai" && m.contains("no property `cleard`")),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|(f, _, m)| *f == "edge/list.rhai" && m.contains("\"bad-methds\"")),
+        "{found:?}"
+    );
 }

@@ -108,7 +108,13 @@ fn main() {
                 .iter()
                 .map(|m| {
                     let var = m.var.split(':').next().unwrap_or("");
-                    format!("{}:{}:{}:{}", m.id, m.paranoia.unwrap_or(1), m.severity.unwrap_or(9), var)
+                    format!(
+                        "{}:{}:{}:{}",
+                        m.id,
+                        m.paranoia.unwrap_or(1),
+                        m.severity.unwrap_or(9),
+                        var
+                    )
                 })
                 .collect();
             println!("F {} {}", s("id"), m.join(","));

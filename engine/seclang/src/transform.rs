@@ -218,16 +218,23 @@ pub(crate) fn hex(c: u8) -> Option<u8> {
 }
 
 /// The byte a `%uHHHH` or `\uHHHH` escape stands for: its best-fit ASCII character where it has
-/// one, else the low byte (full-width ASCII folded to ASCII).
+/// one (full-width ASCII, accented letters, look-alike punctuation), the byte itself below 0x100,
+/// else `?` — the "no best fit" character of the Windows code-page conversion these escapes come
+/// from. (Taking the low byte instead, as ModSecurity does without a unicode map, turns Chinese
+/// or Hindi text into random ASCII punctuation, which the SQL tokeniser then reads as an
+/// injection: `杭` is U+676D, whose low byte is `m`; `圧` is U+5727, whose low byte is a quote.)
 fn uni_byte(cp: u32) -> u8 {
     if let Some(b) = bestfit::ascii(cp) {
         return b;
+    }
+    if cp < 0x100 {
+        return cp as u8;
     }
     let low = (cp & 0xff) as u8;
     if (cp & 0xff00) == 0xff00 && low > 0 && low < 0x5f {
         low + 0x20
     } else {
-        low
+        b'?'
     }
 }
 
@@ -855,6 +862,11 @@ mod tests {
         assert_eq!(t(UrlDecodeUni, "%u0027or%uFF11=1"), "'or1=1");
         assert_eq!(t(UrlDecodeUni, "%u2215etc%u2215passwd"), "/etc/passwd");
         assert_eq!(t(UrlDecodeUni, "%uZZ"), "%uZZ");
+        // No best fit: `?`, never the low byte (U+5727's is a quote).
+        assert_eq!(
+            UrlDecodeUni.apply(b"%u5727%u676D%u00e9").into_owned(),
+            b"??\xe9".to_vec()
+        );
         assert!(matches!(UrlDecode.apply(b"plain"), Cow::Borrowed(_)));
     }
 

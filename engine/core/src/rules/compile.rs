@@ -1,6 +1,8 @@
 //! Compiling and validating a whole rule set into one immutable snapshot, indexed by tier and app.
 
-use super::lints::{always_terminal, unknown_calls, unreachable_rules};
+use super::lints::{
+    always_terminal, unknown_calls, unknown_lists, unknown_properties, unreachable_rules,
+};
 use super::lists::{list_entries, IpList, StringList};
 use super::register::{build_engine, next_set_id, Lists};
 use super::request::Req;
@@ -224,6 +226,10 @@ impl RuleSet {
                 }
             };
             errs.extend(unknown_calls(s, &engine));
+            errs.extend(unknown_properties(s, &super::precheck::FIELD_NAMES));
+            errs.extend(unknown_lists(s, &|name| {
+                lists.strings.contains_key(name) || lists.ips.contains_key(name)
+            }));
             if let (Some(meta), Some(ast)) = (meta, ast) {
                 if let Some(first) = names.insert(meta.name.clone(), s.path.clone()) {
                     errs.push(meta_error(

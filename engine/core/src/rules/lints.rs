@@ -1,5 +1,7 @@
-//! Checks of a rule set beyond compiling: rules a higher-priority rule always shadows, and calls
-//! of functions no helper or script defines.
+//! Checks of a rule set beyond compiling: rules a higher-priority rule always shadows, calls of
+//! functions no helper or script defines, properties of `req` it does not have (`req.cleard`),
+//! and lists the set does not hold (`in_list("bad-methds", …)`). Each would otherwise fail at run
+//! time, fall to the tier's error default and never fire, with nobody told.
 
 use super::helpers::HELPERS;
 use super::source::{meta_error, Mode, Rule, RuleError, RuleMeta, Source};
@@ -218,4 +220,78 @@ pub(super) fn unknown_calls(src: &Source, engine: &rhai::Engine) -> Vec<RuleErro
             }
         })
         .collect()
+}
+
+fn located(src: &Source, offset: usize, message: String) -> RuleError {
+    let text = &src.text;
+    let line = text[..offset].matches('\n').count() + 1;
+    let column = offset - text[..offset].rfind('\n').map(|p| p + 1).unwrap_or(0) + 1;
+    RuleError {
+        file: src.path.clone(),
+        line,
+        column,
+        message,
+    }
+}
+
+/// Lint: `req.<name>` where the request has no such property (`fields`: the getters).
+pub(super) fn unknown_properties(src: &Source, fields: &[&str]) -> Vec<RuleError> {
+    let text = &src.text;
+    let toks: Vec<Tok> = tokens(text).collect();
+    let mut errs = Vec::new();
+    for w in toks.windows(3) {
+        let (Tok::Ident(_, "req"), Tok::Punct(b'.'), Tok::Ident(start, name)) =
+            (&w[0], &w[1], &w[2])
+        else {
+            continue;
+        };
+        if called(text, *start, name.len()) || fields.contains(name) {
+            continue;
+        }
+        errs.push(located(
+            src,
+            *start,
+            format!(
+                "req has no property `{name}` (it has: {})",
+                fields.join(", ")
+            ),
+        ));
+    }
+    errs
+}
+
+/// Lint: a list helper (`in_list`, `contains_any`, `ip_in`) naming, as a literal, a list the set
+/// does not hold.
+pub(super) fn unknown_lists(src: &Source, lists: &dyn Fn(&str) -> bool) -> Vec<RuleError> {
+    let text = &src.text;
+    let mut errs = Vec::new();
+    for helper in ["in_list", "contains_any", "ip_in"] {
+        for (i, _) in text.match_indices(helper) {
+            let before = text[..i].chars().last();
+            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') {
+                continue;
+            }
+            let rest = text[i + helper.len()..].trim_start();
+            let Some(args) = rest.strip_prefix('(') else {
+                continue;
+            };
+            let args = args.trim_start();
+            let Some(q) = args.chars().next().filter(|c| *c == '"' || *c == '`') else {
+                continue;
+            };
+            let Some(end) = args[1..].find(q) else {
+                continue;
+            };
+            let name = &args[1..1 + end];
+            if !lists(name) {
+                let offset = text.len() - args.len() + 1;
+                errs.push(located(
+                    src,
+                    offset,
+                    format!("{helper}: no list named {name:?} in lists/"),
+                ));
+            }
+        }
+    }
+    errs
 }

@@ -140,6 +140,23 @@ pub(super) type Getter = fn(&ReqData) -> &str;
 
 /// The request's string getters (`req.ip`, …): the rule engine registers these, and the pre-check
 /// reads the same.
+/// The names of [`FIELDS`]: the properties `req` has.
+pub(super) const FIELD_NAMES: [&str; 13] = [
+    "app",
+    "method",
+    "path",
+    "query",
+    "body",
+    "user",
+    "ip",
+    "device_id",
+    "ja3",
+    "country",
+    "isp",
+    "device_type",
+    "user_agent",
+];
+
 pub(super) const FIELDS: [(&str, Getter); 13] = [
     ("app", |r| r.app()),
     ("method", |r| r.method()),

@@ -132,3 +132,105 @@ impl WafConfig {
             .map_err(|es| es.into_iter().map(|e| format!("waf: {e}")).collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir_with(files: &[(&str, &str)]) -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "rampart-waf-{}-{}",
+            std::process::id(),
+            files.len()
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        for (n, t) in files {
+            std::fs::write(d.join(n), t).unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn bad_values_are_reported() {
+        let w = WafConfig {
+            paranoia: 5,
+            threshold: 0,
+            crs_dir: Some("/nonexistent/crs".into()),
+            exclusions: vec!["/nonexistent/x.conf".into()],
+            ..WafConfig::default()
+        };
+        let mut errs = Vec::new();
+        w.check(&mut errs);
+        assert_eq!(errs.len(), 4, "{errs:?}");
+        assert!(errs[0].contains("waf.paranoia must be 1 to 4"));
+        assert!(errs[2].contains("/nonexistent/crs is not a directory"));
+        // Off: a missing directory is not an error.
+        let mut errs = Vec::new();
+        WafConfig {
+            crs: false,
+            crs_dir: Some("/nonexistent/crs".into()),
+            ..WafConfig::default()
+        }
+        .check(&mut errs);
+        assert!(errs.is_empty());
+    }
+
+    #[test]
+    fn a_rules_directory_loads_and_a_broken_one_is_located() {
+        let good = dir_with(&[
+            ("REQUEST-942-TEST.conf", "SecRule ARGS \"@pmFromFile words.data\" \"id:942999,phase:2,deny,severity:'CRITICAL'\"\n"),
+            ("words.data", "union select\n"),
+        ]);
+        let w = WafConfig {
+            crs_dir: Some(good.clone()),
+            default_exclusions: false,
+            ..WafConfig::default()
+        };
+        let crs = w.load().unwrap().expect("loaded");
+        assert_eq!(crs.rule_counts().0, 1);
+        let bad = dir_with(&[
+            (
+                "REQUEST-942-TEST.conf",
+                "\nSecRule ARGS \"@rx (\" \"id:1,phase:2\"\n",
+            ),
+            ("a", ""),
+            ("b", ""),
+        ]);
+        let errs = WafConfig {
+            crs_dir: Some(bad.clone()),
+            ..WafConfig::default()
+        }
+        .load()
+        .unwrap_err();
+        assert!(
+            errs[0].starts_with("waf: REQUEST-942-TEST.conf:2:"),
+            "{errs:?}"
+        );
+        // Data files are read from the rules directory only.
+        let escape = dir_with(&[
+            (
+                "REQUEST-942-TEST.conf",
+                "SecRule ARGS \"@pmFromFile ../../etc/passwd\" \"id:2,phase:2\"\n",
+            ),
+            ("c", ""),
+        ]);
+        let errs = WafConfig {
+            crs_dir: Some(escape.clone()),
+            ..WafConfig::default()
+        }
+        .load()
+        .unwrap_err();
+        assert!(errs[0].contains("outside the rules directory"), "{errs:?}");
+        assert!(WafConfig {
+            crs: false,
+            ..WafConfig::default()
+        }
+        .load()
+        .unwrap()
+        .is_none());
+        for d in [good, bad, escape] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
