@@ -10,9 +10,10 @@
 //! `@geoLookup`) are not kept (their rules never match, and loading lists them as warnings).
 //!
 //! Regexes are compiled by the `regex` crate over bytes with PCRE's default (non-UTF) classes,
-//! dot-all and multi-line, as ModSecurity v3 compiles them. Patterns it cannot read (look-around,
-//! back-references) are load errors that name the file and line; the CRS v4 regexes are built to
-//! avoid them, and the few in CRS 3.3 are reported so an operator can exclude those rules.
+//! dot-all and multi-line, as ModSecurity v3 compiles them. The few patterns it cannot read
+//! (look-around, back-references: a handful in CRS 3.3, none in CRS v4, whose regexes are built to
+//! be RE2-compatible) go to `fancy-regex`, which backtracks with a step limit; a pattern neither
+//! reads is a load error that names the file and line.
 
 mod bestfit;
 pub mod body;
