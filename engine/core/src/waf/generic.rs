@@ -253,6 +253,33 @@ pub(super) fn restricted_upload(lower: &str) -> bool {
         .any(|f| name == *f || name == f.rsplit('/').next().unwrap_or(f))
 }
 
+/// Upload names the server would run as a page: PHP, JSP, ASP and ASP.NET, ColdFusion and
+/// server-side-include files (`shell.php`, `cmd.jsp`, `x.aspx.`, `a.php%00.jpg` once decoded,
+/// `b.asp::$data`). No shop takes those as uploads; attackers send them to get code on the server.
+/// Returns the attack family of the language.
+pub(super) fn script_upload(lower: &str) -> Option<super::Attack> {
+    use super::Attack;
+    let name = lower.trim().rsplit(['/', '\\']).next().unwrap_or("");
+    // What a file system keeps of the name: up to a NUL, without an NTFS stream or trailing dots.
+    let name = name.split('\0').next().unwrap_or("");
+    let name = name.split("::$").next().unwrap_or("");
+    let name = name.trim_end_matches(['.', ' ']);
+    let (_, ext) = name.rsplit_once('.')?;
+    let php = ext.starts_with("php") && ext[3..].bytes().all(|b| b.is_ascii_digit());
+    match ext {
+        _ if php => Some(Attack::Php),
+        "phtml" | "phar" | "phps" | "pht" | "phpt" => Some(Attack::Php),
+        "jsp" | "jspx" | "jspf" | "jsw" | "jsv" | "jhtml" => Some(Attack::Java),
+        "asp" | "aspx" | "ascx" | "ashx" | "asmx" | "asa" | "cshtml" | "vbhtml" | "cfm"
+        | "cfml" | "cfc" | "shtml" | "shtm" | "stm" => Some(Attack::Cmdi),
+        _ => None,
+    }
+}
+
+/// Headers that carry an upload's file name (CRS reads the same ones).
+pub(super) const FILENAME_HEADERS: &[&str] =
+    &["x-filename", "x_filename", "x.filename", "x-file-name"];
+
 /// Protocol commands after a line break: SMTP, IMAP and POP3 injection through a form field
 /// that ends up in a mail session.
 pub(super) fn mail_commands(v: &str) -> bool {
@@ -379,5 +406,27 @@ mod tests {
         assert!(mail_commands("hi\r\nRCPT TO: <x@evil.example>"));
         assert!(mail_commands("x\r\nA1 LOGIN user pass"));
         assert!(!mail_commands("line one\nline two"));
+    }
+
+    #[test]
+    fn script_uploads_are_named_by_language() {
+        use super::super::Attack;
+        for (name, want) in [
+            ("shell.php", Some(Attack::Php)),
+            ("a/b/shell.php5", Some(Attack::Php)),
+            ("x.phtml", Some(Attack::Php)),
+            ("cmd.jsp", Some(Attack::Java)),
+            ("cmd.jspx..", Some(Attack::Java)),
+            ("c:\\inetpub\\x.aspx", Some(Attack::Cmdi)),
+            ("b.asp::$data", Some(Attack::Cmdi)),
+            ("a.php\0.jpg", Some(Attack::Php)),
+            ("photo.jpg", None),
+            ("report.pdf", None),
+            ("php", None),
+            ("my.phpfile", None),
+            ("notes.txt", None),
+        ] {
+            assert_eq!(script_upload(name), want, "{name}");
+        }
     }
 }

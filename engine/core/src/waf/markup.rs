@@ -319,7 +319,162 @@ pub(super) fn nodejs(lower: &str) -> bool {
         "fs.writefilesync(",
         "new function(",
         "function(\"return",
+        // Serialised functions that node-serialize and funcster run on load.
+        "_$$nd_func$$_",
+        "__js_function",
+        // Building code from character codes, and reaching the module system.
+        "string.fromcharcode(",
+        "module.exports",
+        "module.constructor",
+        "module.require(",
+        "require.main",
+        "process[",
+        "process.argv",
+        "process.cwd(",
+        "process.chdir(",
+        "process.setuid(",
+        "process.getuid(",
+        "process.umask(",
+        "process.stdout",
+        "process.openstdin(",
+        "fs.readfile(",
+        "fs.writefile(",
+        "fs.appendfile",
+        "fs.unlink",
+        "fs.rmdir",
+        "fs.rm(",
+        "fs.readdir",
+        "fs.createreadstream(",
+        "fs.createwritestream(",
+        "fs.symlink",
+        "fs.chmod",
     ];
     static AC: OnceLock<AhoCorasick> = OnceLock::new();
-    AC.get_or_init(|| automaton(MARKERS)).is_match(lower)
+    AC.get_or_init(|| automaton(MARKERS)).is_match(lower) || endless_loop(lower)
+}
+
+/// JavaScript that never ends: `while` on a condition that is always true (`while(true)`,
+/// `while (!0)`, `while(!!"a")`, `while ( 1 )`, `while([])`, `while(new Date)`) or a `for` with no
+/// condition (`for (;;)`, `for(let i=0;;i++)`): one request that blocks a Node.js event loop.
+fn endless_loop(lower: &str) -> bool {
+    let b = lower.as_bytes();
+    let skip_ws = |mut i: usize| {
+        while i < b.len() && (b[i].is_ascii_whitespace() || b[i] == 0x0b) {
+            i += 1;
+        }
+        i
+    };
+    for (at, kw) in lower
+        .match_indices("while")
+        .chain(lower.match_indices("for"))
+    {
+        // A keyword, not the end of another word (`meanwhile (…)`, `therefor (…)`).
+        if at > 0 && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_' || b[at - 1] == b'$') {
+            continue;
+        }
+        let mut i = skip_ws(at + kw.len());
+        if i >= b.len() || b[i] != b'(' {
+            continue;
+        }
+        i += 1;
+        if kw == "for" {
+            // `for (init; cond; step)` with an empty condition.
+            let Some(close) = lower[i..].find(')') else {
+                continue;
+            };
+            let parts: Vec<&str> = lower[i..i + close].split(';').collect();
+            if parts.len() == 3 && parts[1].trim().is_empty() {
+                return true;
+            }
+            continue;
+        }
+        // Drop the condition's opening parentheses and read to the first closing one.
+        while i < b.len() && (b[i] == b'(' || b[i].is_ascii_whitespace()) {
+            i += 1;
+        }
+        let Some(close) = lower[i..].find(')') else {
+            continue;
+        };
+        if always_true(lower[i..i + close].trim()) {
+            return true;
+        }
+    }
+    false
+}
+
+/// A JavaScript condition that is a constant truthy value.
+fn always_true(cond: &str) -> bool {
+    let nots = cond.bytes().take_while(|&c| c == b'!').count();
+    let rest = cond[nots..].trim();
+    let falsy = matches!(
+        rest,
+        "false" | "null" | "undefined" | "nan" | "0" | "-0" | "+0" | "\"\"" | "''" | "``"
+    );
+    let truthy = matches!(
+        rest,
+        "true"
+            | "this"
+            | "infinity"
+            | "-infinity"
+            | "[]"
+            | "{}"
+            | "string"
+            | "object"
+            | "number"
+            | "boolean"
+            | "symbol"
+            | "date"
+            | "math"
+            | "json"
+            | "map"
+            | "set"
+            | "array"
+            | "function"
+    ) || rest.strip_prefix("new ").is_some_and(|c| {
+        // A constructor call and nothing else: `new Date`, `new Date(` (the condition was cut at
+        // the first `)`), not prose in parentheses (`while (new shoes arrived)`).
+        let c = c.trim();
+        let call = c.ends_with('(');
+        let c = c.trim_end_matches('(');
+        let builtin = matches!(
+            c,
+            "date"
+                | "object"
+                | "array"
+                | "map"
+                | "set"
+                | "error"
+                | "function"
+                | "promise"
+                | "string"
+                | "number"
+                | "boolean"
+                | "regexp"
+                | "weakmap"
+                | "weakset"
+                | "proxy"
+        );
+        !c.is_empty()
+            && c.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$')
+            && !c.as_bytes()[0].is_ascii_digit()
+            && (call || builtin)
+    }) || (!rest.is_empty()
+        && rest
+            .trim_start_matches(['-', '+'])
+            .bytes()
+            .all(|c| c.is_ascii_digit())
+        && rest
+            .trim_start_matches(['-', '+'])
+            .bytes()
+            .any(|c| c != b'0'))
+        || (rest.len() >= 3
+            && (rest.starts_with('"') && rest.ends_with('"')
+                || rest.starts_with('\'') && rest.ends_with('\'')
+                || rest.starts_with('`') && rest.ends_with('`')));
+    if nots % 2 == 1 {
+        falsy
+    } else {
+        truthy
+    }
 }

@@ -736,8 +736,12 @@ pub fn scan_request<'a>(
             .or_else(|| {
                 m.files.iter().find_map(|(_, f)| {
                     let f = String::from_utf8_lossy(f);
-                    if generic::restricted_upload(&f.to_ascii_lowercase()) {
+                    let lower = f.to_ascii_lowercase();
+                    if generic::restricted_upload(&lower) {
                         return Some(Attack::Cmdi);
+                    }
+                    if let Some(a) = generic::script_upload(&lower) {
+                        return Some(a);
                     }
                     scan_value(&f)
                 })
@@ -772,6 +776,17 @@ pub fn scan_request<'a>(
             .any(|h| h.eq_ignore_ascii_case(name))
         {
             continue;
+        }
+        if generic::FILENAME_HEADERS
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(name))
+        {
+            let lower = value.to_ascii_lowercase();
+            let upload = generic::script_upload(&lower)
+                .or_else(|| generic::restricted_upload(&lower).then_some(Attack::Cmdi));
+            if let Some(a) = upload {
+                return Some((a, "header"));
+            }
         }
         let found = if name.eq_ignore_ascii_case("cookie") {
             if value.trim_start().starts_with("$Version") {

@@ -231,6 +231,20 @@ fn empty_expansion(b: &[u8], i: usize) -> bool {
 /// Shell syntax that is evidence without a command name: `${IFS}`-style expansions, arithmetic
 /// `$((…))`, process substitution `<(…)`, brace expansion of a command (`{cat,/etc/passwd}`),
 /// history (`!-2`) and alias invocation, and Windows `FOR /F` / `IF EXIST` batch syntax.
+/// `/???/??t`, `/e*c/pa*wd`: an absolute path whose segments are letters, digits and wildcards.
+fn glob_path(word: &str) -> bool {
+    let Some(rest) = word.strip_prefix('/') else {
+        return false;
+    };
+    let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+    segments.len() >= 2
+        && word.contains(['?', '*'])
+        && segments.iter().all(|s| {
+            s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'?' || b == b'*' || b == b'.')
+        })
+}
+
 pub(super) fn shell_syntax(lower: &str) -> bool {
     const MARKERS: &[&str] = &[
         "${ifs", "$ifs$", "$((", "${path:", "${home:", "${shell", "${pwd", "${@", "${#", "${!",
@@ -253,12 +267,55 @@ pub(super) fn shell_syntax(lower: &str) -> bool {
         let Some(close) = rest.find('}') else {
             return false;
         };
-        let items: Vec<&str> = rest[..close].split(',').collect();
+        let list = &rest[..close];
+        let items: Vec<&str> = list.split(',').collect();
+        // The first word the shell runs is the first non-empty item (`{,ifconfig}`).
+        let first = items.iter().find(|i| !i.is_empty()).copied().unwrap_or("");
         items.len() >= 2
-            && !items[0].contains(' ')
-            && is_command(items[0].rsplit('/').next().unwrap_or(items[0]))
+            && !list.contains([' ', '"', ':'])
+            && is_command(first.rsplit('/').next().unwrap_or(first))
     });
     if brace {
+        return true;
+    }
+    // Tilde expansion to the directory stack (`cat ~+/x`, `cd ~-`): a word of its own.
+    let tilde = ["~+", "~-"].iter().any(|t| {
+        lower.match_indices(t).any(|(i, _)| {
+            let before = lower[..i].chars().last();
+            let after = lower[i + 2..].chars().next();
+            matches!(
+                before,
+                None | Some(' ' | '\t' | ';' | '|' | '&' | '`' | '(' | '=')
+            ) && matches!(after, None | Some('/' | ' ' | '\t' | ';' | '|' | '&' | ')'))
+        })
+    });
+    if tilde {
+        return true;
+    }
+    // A path spelled with wildcards (`/???/??t /???/p?ss??`, `/e*c/pa*wd`): every segment letters,
+    // digits and wildcards, at least two segments, at least one wildcard.
+    if lower.contains(['?', '*'])
+        && lower
+            .split([' ', '\t', ';', '|', '&', '`', '(', '='])
+            .any(glob_path)
+    {
+        return true;
+    }
+    // A shell function defined and run (`f(){ f|f& };f`, the fork bomb): a name, `()`, a brace.
+    let function = lower.match_indices("()").any(|(i, _)| {
+        let name = lower[..i].trim_end();
+        let name_ok = name
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '.');
+        let body = lower[i + 2..].trim_start();
+        name_ok
+            && body.starts_with('{')
+            && body
+                .find('}')
+                .is_some_and(|end| body[1..end].contains(['|', '&', ';']))
+    });
+    if function {
         return true;
     }
     // History: `!-1`, `!!` or `!$` glued to separators/commands (`;!-2`, `|!!`).

@@ -128,3 +128,85 @@ fn cached_and_remembered_scans_answer_as_fresh_ones() {
     let found = scan_request("/", "", body, Some(&params), none());
     assert_eq!(found, Some((Attack::Sqli, "body")));
 }
+
+/// Node.js: serialised functions, the module system, file system calls, endless loops; and prose
+/// with the same words passes.
+#[test]
+fn nodejs_code_and_endless_loops_are_found_and_prose_passes() {
+    for v in [
+        r#"{"rce":"_$$ND_FUNC$$_function(){require('child_process').exec('id')}()"}"#,
+        "String.fromCharCode(114,101,113,117,105,114,101)",
+        "module.exports = function(){}",
+        "while(!0){}",
+        "while ( true ) {}",
+        "while (!!\"yes\") x++",
+        "while(new Date()) {}",
+        "while ([]) {}",
+        "for (;;) {}",
+        "for(let i = 0;; i++){}",
+        "do { x++ } while (1)",
+        "fs.readFile('/etc/hosts', cb)",
+    ] {
+        assert_eq!(scan_value(v), Some(Attack::Nodejs), "{v}");
+    }
+    for v in [
+        "We waited a while (new shoes arrived on Monday) and then ordered",
+        "Thanks for (almost) everything",
+        "worth the while (truly) and well made",
+        "It took a while (two weeks) to arrive",
+        "for (a; b) see the manual",
+        "meanwhile (true story) the parcel came",
+    ] {
+        assert_eq!(scan_value(v), None, "{v}");
+    }
+}
+
+/// Uploads the server would run, by multipart file name or by the file-name headers.
+#[test]
+fn script_uploads_are_refused_by_file_name() {
+    let body = "--b\r\nContent-Disposition: form-data; name=\"f\"; filename=\"cmd.jsp\"\r\nContent-Type: image/png\r\n\r\nx\r\n--b--\r\n";
+    let got = scan_request(
+        "/upload",
+        "",
+        body,
+        None,
+        [("content-type", "multipart/form-data; boundary=b")].into_iter(),
+    );
+    assert_eq!(got.map(|(a, _)| a), Some(Attack::Java));
+    for (h, v, want) in [
+        ("X-Filename", "shell.php", Some(Attack::Php)),
+        ("x-file-name", "a.aspx", Some(Attack::Cmdi)),
+        ("X_Filename", ".htaccess", Some(Attack::Cmdi)),
+        ("X-Filename", "holiday.jpg", None),
+    ] {
+        let got = scan_request("/upload", "", "", None, [(h, v)].into_iter());
+        assert_eq!(got.map(|(a, _)| a), want, "{h}: {v}");
+    }
+}
+
+/// Shell syntax without a command name spelled out: brace lists led by an empty item, tilde
+/// expansion, wildcard paths, function definitions; and look-alike prose passes.
+#[test]
+fn shell_expansions_are_found_and_lookalikes_pass() {
+    for v in [
+        "{,ifconfig}",
+        "cat ~+/secret",
+        "cd ~-",
+        "/???/??t /???/p??s??",
+        "x;/e*c/pa*wd",
+        ":(){ :|:& };:",
+        "f(){ f|f& };f",
+    ] {
+        assert_eq!(scan_value(v), Some(Attack::Cmdi), "{v}");
+    }
+    for v in [
+        "about ~-5 degrees tonight",
+        "/search?q=shoes",
+        "Rated 5* by /r/sneakers",
+        "{size,colour}",
+        "call me() { maybe }",
+        "https://example.com/a/b?c=d",
+    ] {
+        assert_eq!(scan_value(v), None, "{v}");
+    }
+}
