@@ -138,6 +138,12 @@ def main():
         o = set(i for i in ours.get(k, []) if i < 949000)
         only_ours.update(o - set(v[1]))
         only_theirs.update(set(v[1]) - o)
+    # SHOW=<rule id>: the requests where the engines disagree on that rule.
+    show = int(os.environ.get("SHOW", "0"))
+    for k, v in ms_results.items():
+        o = set(i for i in ours.get(k, []) if i < 949000)
+        if show and (show in o) != (show in v[1]):
+            print(f"  {k}: ModSecurity {v[1]}, rampart-seclang {sorted(o)}")
     print("  rules matched by rampart-seclang only (requests):", dict(only_ours.most_common(12)))
     print("  rules matched by ModSecurity only (requests):", dict(only_theirs.most_common(12)))
 
