@@ -6,7 +6,12 @@
 //! - `decision/whole`: `Engine::decide` on a signed request with the default rule set, local
 //!   state and a fresh nonce per call (the anti-replay core, three tiers, the score);
 //! - `decision/traced`: the same with a trace of every step and rule (what the console's trace
-//!   costs; the live path never traces).
+//!   costs; the live path never traces);
+//! - `signature/passes`: `Engine::decide` on a request whose signature verifies and whose
+//!   timestamp is outside the window, with no rules: request checks, the signature step as the
+//!   engine runs it (the app's keys looked up, the header read, canonical string, HMAC, compare),
+//!   then the window step refuses — so nothing is written and the same request can be repeated;
+//! - `signature/refused`: the same request with a forged signature (stops at the signature step).
 //!
 //! Run: `cargo bench -p rampart-core --bench decision`.
 
@@ -65,6 +70,10 @@ fn engine() -> Engine {
     let state = RuleState::local(1 << 22);
     let set = RuleSet::compile(&rule_sources(), RuleSettings::default(), &state)
         .expect("default rules compile");
+    engine_with(set)
+}
+
+fn engine_with(set: RuleSet) -> Engine {
     Engine::new(
         EngineSettings {
             apps: vec![AppPolicy::new("shop", SECRET, 5_000)],
@@ -189,6 +198,33 @@ fn bench(c: &mut Criterion) {
             now += 1;
             black_box(limiter.gcra(&keys[i], now, 20.0, 40).unwrap().allowed)
         })
+    });
+
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let bare = engine_with(RuleSet::empty(RuleSettings::default()));
+    // Signed a minute ago: the signature passes, the ±5 s window refuses.
+    let stale = request(now - 60_000);
+    assert_eq!(
+        bare.decide(&stale, now).unwrap().code,
+        rampart_core::Code::TimestampSkew
+    );
+    c.bench_function("signature/passes", |b| {
+        b.iter(|| black_box(bare.decide(black_box(&stale), now).unwrap().code))
+    });
+    let mut forged = stale.clone();
+    forged
+        .request
+        .headers
+        .insert("x-signature".into(), format!("v1={}", "ab".repeat(32)));
+    assert_eq!(
+        bare.decide(&forged, now).unwrap().code,
+        rampart_core::Code::SignatureInvalid
+    );
+    c.bench_function("signature/refused", |b| {
+        b.iter(|| black_box(bare.decide(black_box(&forged), now).unwrap().code))
     });
 
     let e = engine();
