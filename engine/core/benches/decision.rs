@@ -11,7 +11,10 @@
 //!   timestamp is outside the window, with no rules: request checks, the signature step as the
 //!   engine runs it (the app's keys looked up, the header read, canonical string, HMAC, compare),
 //!   then the window step refuses — so nothing is written and the same request can be repeated;
-//! - `signature/refused`: the same request with a forged signature (stops at the signature step).
+//! - `signature/refused`: the same request with a forged signature (stops at the signature step);
+//! - `keys/*`: the keyring's check alone (`Keyring::verify`): one key and one entry (what
+//!   `hmac/verify` does, through the keyring), a client mid-roll (two entries, three active keys,
+//!   the match on the oldest: three HMACs), and the same naming its key in `x-key-id` (one HMAC).
 //!
 //! Run: `cargo bench -p rampart-core --bench decision`.
 
@@ -29,6 +32,7 @@ use rampart_core::replay::canonical::{SignedFields, Signer};
 use rampart_core::replay::fingerprint::{
     canonical_json, fingerprint, LocalFingerprintStore, Submission,
 };
+use rampart_core::replay::keys::{Keyring, SigningKey};
 use rampart_core::replay::nonce::BloomNonceStore;
 use rampart_core::replay::sign::{sign, ToSign};
 use rampart_core::rules::{LiveRules, RuleSet, RuleSettings, RuleState, Source};
@@ -170,6 +174,43 @@ fn bench(c: &mut Criterion) {
     let sig = signer.sign(&fields);
     c.bench_function("hmac/verify", |b| {
         b.iter(|| black_box(signer.verify(black_box(&fields), black_box(&sig)).is_ok()))
+    });
+    let one = Keyring::single(SECRET);
+    c.bench_function("keys/one-key", |b| {
+        b.iter(|| {
+            black_box(
+                one.verify(black_box(&fields), black_box(&sig), None, 0)
+                    .is_ok(),
+            )
+        })
+    });
+    let three = Keyring::new(
+        vec![
+            SigningKey::new("old", SECRET, None, None),
+            SigningKey::new("new", b"new-secret", None, None),
+            SigningKey::new("next", b"next-secret", None, None),
+        ],
+        [],
+    )
+    .unwrap();
+    let roll = format!("{},{sig}", Signer::new(b"other").sign(&fields));
+    c.bench_function("keys/roll-3-keys", |b| {
+        b.iter(|| {
+            black_box(
+                three
+                    .verify(black_box(&fields), black_box(&roll), None, 0)
+                    .is_ok(),
+            )
+        })
+    });
+    c.bench_function("keys/named", |b| {
+        b.iter(|| {
+            black_box(
+                three
+                    .verify(black_box(&fields), black_box(&roll), Some("old"), 0)
+                    .is_ok(),
+            )
+        })
     });
 
     let params = serde_json::json!({"cart": "c-77", "sku": 1042, "items": [{"id": 1, "qty": 2}, {"id": 9, "qty": 1}], "requestTime": 1796100000000u64});

@@ -372,6 +372,9 @@ pub struct Verdict {
     pub server_time_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skew_ms: Option<i64>,
+    /// The signing key the request's signature matched (set once the signature step passed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<std::sync::Arc<str>>,
 }
 
 impl Verdict {
@@ -392,6 +395,7 @@ impl Verdict {
             arm: Arm::Stable,
             server_time_ms: None,
             skew_ms: None,
+            key_id: None,
         }
     }
 
@@ -413,6 +417,7 @@ impl Verdict {
             arm: Arm::Stable,
             server_time_ms: None,
             skew_ms: None,
+            key_id: None,
         }
     }
 }

@@ -1,25 +1,34 @@
-//! The declared policies every layer shares: an app's key and window, duplicate-submission and
+//! The declared policies every layer shares: an app's keys and window, duplicate-submission and
 //! route settings, what each store does when it fails, and the three rule tiers. Plain data with
 //! no behaviour beyond naming itself, so the stores, the rules and the engine can all name it
 //! without depending on one another.
 
-use crate::model::Step;
-use crate::replay::canonical::Signer;
+use std::sync::Arc;
 
-/// An app: who may ask, with which secret, within which window.
+use crate::model::Step;
+use crate::replay::keys::Keyring;
+
+/// An app: who may ask, with which keys, within which window.
 #[derive(Debug, Clone)]
 pub struct AppPolicy {
     pub id: String,
-    pub signer: Signer,
+    /// The app's signing keys. Swapped whole when keys are added or retired at run time (a
+    /// decision reads one keyring from start to end); clones of the policy share it.
+    pub keys: Arc<arc_swap::ArcSwap<Keyring>>,
     /// Accepted clock difference, both ways: |server_now − x-timestamp| ≤ window_ms.
     pub window_ms: i64,
 }
 
 impl AppPolicy {
+    /// An app with one key, `default`.
     pub fn new(id: impl Into<String>, secret: &[u8], window_ms: i64) -> Self {
+        Self::with_keys(id, Keyring::single(secret), window_ms)
+    }
+
+    pub fn with_keys(id: impl Into<String>, keys: Keyring, window_ms: i64) -> Self {
         AppPolicy {
             id: id.into(),
-            signer: Signer::new(secret),
+            keys: Arc::new(arc_swap::ArcSwap::from_pointee(keys)),
             window_ms,
         }
     }

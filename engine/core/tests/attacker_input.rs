@@ -67,6 +67,33 @@ proptest! {
     }
 
     #[test]
+    fn keyrings_pass_exactly_the_headers_that_carry_a_matching_entry(
+        nonce in "[A-Za-z0-9]{16,24}", header in ".{0,300}", key_id in proptest::option::of(".{0,12}"),
+        extra in prop::collection::vec("[0-9a-f]{64}", 0..5), at in 0usize..5, now in any::<i64>(),
+    ) {
+        use rampart_core::replay::keys::{Keyring, SigningKey, MAX_ENTRIES};
+        let hash = body_sha256_hex(b"");
+        let f = SignedFields { app: "a", method: "GET", path: "/", query: "", timestamp: "1", nonce: &nonce, body_sha256: &hash };
+        let ring = Keyring::new(
+            vec![SigningKey::new("k1", b"one", None, None), SigningKey::new("k2", b"two", None, None)],
+            ["k0".to_string()],
+        ).unwrap();
+        // Arbitrary text passes only if it carries k1's or k2's MAC.
+        let good = [Signer::new(b"one").sign(&f), Signer::new(b"two").sign(&f)];
+        if let Ok(k) = ring.verify(&f, &header, key_id.as_deref(), now) {
+            let i = usize::from(k.id() == "k2");
+            prop_assert!(header.to_ascii_lowercase().contains(&good[i][3..]));
+        }
+        // A list of entries passes, without a key id, when one of them is a good one and there
+        // are at most four.
+        let mut entries: Vec<String> = extra.iter().map(|h| format!("v1={h}")).collect();
+        entries.insert(at.min(entries.len()), good[1].clone());
+        let list = entries.join(",");
+        let r = ring.verify(&f, &list, None, now);
+        prop_assert_eq!(r.is_ok(), entries.len() <= MAX_ENTRIES, "{}", list);
+    }
+
+    #[test]
     fn canonical_json_is_a_fixed_point_and_ignores_key_order(v in json_value()) {
         let vol = vec!["requestTime".to_string(), "nonce".to_string()];
         let c = canonical_json(&v, &vol);

@@ -19,6 +19,7 @@ use crate::model::{Action, Code, DecideRequest, Reason, Step, Verdict};
 use crate::policy::{AppPolicy, DedupPolicy, FailPolicy, RoutePolicy, StorePolicies, Tier};
 use crate::replay::canonical::{body_sha256_hex, EMPTY_BODY_SHA256};
 use crate::replay::fingerprint::FingerprintStore;
+use crate::replay::keys::Keyring;
 use crate::replay::nonce::NonceStore;
 use crate::rollout::{Candidate, DynamicLists, ListAction};
 use crate::rules::{DecisionContext, LiveRules, Req, RuleSession, RuleSet};
@@ -136,6 +137,28 @@ impl Engine {
 
     pub fn app(&self, id: &str) -> Option<&AppPolicy> {
         self.apps.get(id)
+    }
+
+    /// Every app, in no particular order.
+    pub fn apps(&self) -> impl Iterator<Item = &AppPolicy> {
+        self.apps.values()
+    }
+
+    /// Replaces an app's keyring (keys added or retired at run time); the use counters of keys
+    /// that stay carry over. A decision in flight finishes with the keyring it started with.
+    pub fn set_keyring(&self, app: &str, mut keys: Keyring) -> Result<(), RequestError> {
+        let a = self
+            .apps
+            .get(app)
+            .ok_or_else(|| RequestError::UnknownApp(app.to_string()))?;
+        keys.adopt_usage(&a.keys.load());
+        a.keys.store(Arc::new(keys));
+        Ok(())
+    }
+
+    /// An app's current keyring.
+    pub fn keyring(&self, app: &str) -> Option<Arc<Keyring>> {
+        self.apps.get(app).map(|a| a.keys.load_full())
     }
 
     pub fn nonce_store(&self) -> &Arc<dyn NonceStore> {
@@ -374,10 +397,26 @@ impl Engine {
         }
         // 2. Signature.
         session.step("signature");
-        let (ts_raw, nonce) = match self.check_signature(ctx, body_hash) {
+        let (ts_raw, nonce, key_id) = match self.check_signature(ctx, body_hash) {
             Continue(signed) => signed,
             Break(v) => return v,
         };
+        let mut v = self.decide_signed(ctx, set, rule_req, session, body_hash, (ts_raw, nonce));
+        v.key_id = Some(key_id);
+        v
+    }
+
+    /// The steps after the signature, given its raw `x-timestamp` and nonce (their verdicts all
+    /// name the key that matched).
+    fn decide_signed(
+        &self,
+        ctx: &DecisionContext<'_>,
+        set: &RuleSet,
+        rule_req: Option<&Req>,
+        session: &mut RuleSession,
+        body_hash: &str,
+        (ts_raw, nonce): (&str, &str),
+    ) -> Verdict {
         // 3. Time window.
         session.step("window");
         let (ts, skew) = match self.check_window(ctx, ts_raw) {

@@ -3,6 +3,7 @@
 //! the next step needs, or ends the decision (`Break`) with its verdict.
 
 use std::ops::ControlFlow::{self, Break, Continue};
+use std::sync::Arc;
 
 use crate::model::{Action, Code, DecideRequest, Reason, Step, Verdict};
 use crate::policy::{AppPolicy, FailPolicy};
@@ -14,14 +15,15 @@ use crate::rules::DecisionContext;
 use super::Engine;
 
 impl Engine {
-    /// Step 2, signature: the three anti-replay headers are there and the signature over the
-    /// canonical string verifies. Goes on with the raw `x-timestamp` and the nonce.
+    /// Step 2, signature: the three anti-replay headers are there and some `x-signature` entry
+    /// matches a key of the app that is active now (only the key `x-key-id` names, when it names
+    /// one). Goes on with the raw `x-timestamp`, the nonce and the id of the key that matched.
     #[inline]
     pub(super) fn check_signature<'r>(
         &self,
         ctx: &DecisionContext<'r>,
         body_hash: &str,
-    ) -> ControlFlow<Verdict, (&'r str, &'r str)> {
+    ) -> ControlFlow<Verdict, (&'r str, &'r str, Arc<str>)> {
         let app = ctx.app;
         let r = &ctx.request.request;
         let (ts_raw, nonce, sig) = match (
@@ -59,16 +61,25 @@ impl Engine {
             nonce,
             body_sha256: body_hash,
         };
-        if let Err(e) = app.signer.verify(&fields, sig) {
-            return Break(Verdict::reject(
+        // An empty `x-key-id` names no key (a proxy may pass the header through empty).
+        let key_id = r
+            .header("x-key-id")
+            .map(|k| k.trim_matches(' '))
+            .filter(|k| !k.is_empty());
+        let keys = app.keys.load();
+        match keys.verify(&fields, sig, key_id, ctx.now_ms) {
+            Ok(key) => {
+                key.record_use(ctx.now_ms);
+                Continue((ts_raw, nonce, key.id_arc().clone()))
+            }
+            Err(e) => Break(Verdict::reject(
                 Step::Signature,
                 Action::Deny,
                 Code::SignatureInvalid,
                 "signature",
                 Reason::new(e.to_string()),
-            ));
+            )),
         }
-        Continue((ts_raw, nonce))
     }
 
     /// Best-effort cache warm-up for the nonce step (no state is read or written).

@@ -14,7 +14,7 @@
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-type HmacSha256 = Hmac<Sha256>;
+pub(crate) type HmacSha256 = Hmac<Sha256>;
 
 /// Lower-case hex SHA-256 of the empty body, used when a request carries no body.
 pub const EMPTY_BODY_SHA256: &str =
@@ -125,12 +125,19 @@ impl Signer {
         mac.finalize().into_bytes().into()
     }
 
+    /// The MAC of a canonical string already built, for constant-time comparison.
+    pub(crate) fn mac_of(&self, canonical: &[u8]) -> hmac::digest::CtOutput<HmacSha256> {
+        let mut mac = self.mac.clone();
+        mac.update(canonical);
+        mac.finalize()
+    }
+
     /// The `x-signature` header value: `v1=<hex>`.
     pub fn sign(&self, fields: &SignedFields<'_>) -> String {
         format!("{SIGNATURE_PREFIX}{}", hex::encode(self.mac(fields)))
     }
 
-    /// Verifies an `x-signature` header value in constant time (the comparison of the MAC is done by
+    /// Verifies a single-entry `x-signature` header value in constant time (the comparison of the MAC is done by
     /// `hmac::Mac::verify_slice`, which uses `subtle`).
     pub fn verify(&self, fields: &SignedFields<'_>, header: &str) -> Result<(), SignatureError> {
         let hex_part = header

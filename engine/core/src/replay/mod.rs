@@ -1,4 +1,5 @@
-//! The anti-replay core: the canonical string and its HMAC signature ([`canonical`], [`sign`]),
+//! The anti-replay core: the canonical string and its HMAC signature ([`canonical`], [`sign`]), an
+//! app's signing keys and the check of several signatures against them ([`keys`]),
 //! nonce de-duplication ([`nonce`], over the time-sliced Bloom filter of [`bloom`] or an exact
 //! set) and duplicate-submission fingerprints ([`fingerprint`]). The timestamp window itself is a
 //! comparison in [`crate::engine`].
@@ -6,5 +7,6 @@
 pub mod bloom;
 pub mod canonical;
 pub mod fingerprint;
+pub mod keys;
 pub mod nonce;
 pub mod sign;

@@ -26,9 +26,17 @@ pub struct SignedHeaders {
 }
 
 pub fn sign(secret: &[u8], r: &ToSign<'_>) -> SignedHeaders {
+    sign_many(&[secret], r)
+}
+
+/// Signs with each secret in turn: `signature` holds one `v1=` entry per secret, comma-separated,
+/// in the order given — what a client sends while its app rolls from one key to the next (the
+/// engine accepts the request when any entry matches a key it holds). Give at most
+/// [`MAX_ENTRIES`](crate::replay::keys::MAX_ENTRIES) secrets: the engine reads no more.
+pub fn sign_many(secrets: &[&[u8]], r: &ToSign<'_>) -> SignedHeaders {
     let body_sha256 = body_sha256_hex(r.body);
     let timestamp = r.timestamp_ms.to_string();
-    let signature = Signer::new(secret).sign(&SignedFields {
+    let fields = SignedFields {
         app: r.app,
         method: r.method,
         path: r.path,
@@ -36,7 +44,12 @@ pub fn sign(secret: &[u8], r: &ToSign<'_>) -> SignedHeaders {
         timestamp: &timestamp,
         nonce: r.nonce,
         body_sha256: &body_sha256,
-    });
+    };
+    let signature = secrets
+        .iter()
+        .map(|s| Signer::new(s).sign(&fields))
+        .collect::<Vec<_>>()
+        .join(",");
     SignedHeaders {
         timestamp,
         nonce: r.nonce.to_string(),
