@@ -33,7 +33,9 @@ CREATE TABLE IF NOT EXISTS {db}.rampart_decisions_local ON CLUSTER {cluster}
     latency_us UInt32,
     degraded UInt8,
     instance String,
-    request String DEFAULT ''
+    request String DEFAULT '',
+    device_id String DEFAULT '',
+    key_id String DEFAULT ''
 )
 ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{db}/rampart_decisions', '{replica}')
 PARTITION BY toYYYYMMDD(time)

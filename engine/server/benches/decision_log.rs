@@ -73,6 +73,7 @@ fn row(i: u64, t0: i64) -> ChRow {
             i % 50_000
         ),
         device_id: format!("d{}", i % 50_000),
+        key_id: "default".into(),
     }
 }
 

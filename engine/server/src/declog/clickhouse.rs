@@ -55,6 +55,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0004_decisions_device_id",
         include_str!("../../../../dashboards/clickhouse/migrations/0004_decisions_device_id.sql"),
     ),
+    (
+        "0005_decisions_key_id",
+        include_str!("../../../../dashboards/clickhouse/migrations/0005_decisions_key_id.sql"),
+    ),
 ];
 
 pub const TABLE: &str = "rampart_decisions";
@@ -112,6 +116,10 @@ pub struct ChRow {
     /// The client's device id, or empty (migration 0004; defaulted for older spool segments).
     #[serde(default)]
     pub device_id: String,
+    /// The signing key the signature matched, or empty (migration 0005; defaulted for older
+    /// spool segments).
+    #[serde(default)]
+    pub key_id: String,
 }
 
 /// Longest stored value of most string fields, in bytes.
@@ -205,6 +213,11 @@ impl ChRow {
                 .map(|j| j.as_str().to_string())
                 .unwrap_or_default(),
             device_id: opt(&r.device_id, MAX_FIELD),
+            key_id: r
+                .key_id
+                .as_deref()
+                .map(|k| clean(k, 64))
+                .unwrap_or_default(),
         }
     }
 }

@@ -58,6 +58,10 @@ pub struct DecisionRecord {
     /// The rule-visible request as JSON (`[decision_log] record_request`), for backtests.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request: Option<RecordedJson>,
+    /// The signing key the signature matched (none when the signature step refused or was not
+    /// reached).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<Arc<str>>,
 }
 
 /// JSON text made by `serde_json` (the only way to build one), so a log line can hold it as it

@@ -30,12 +30,14 @@ pub struct Filter {
     pub device_type: Option<String>,
     /// The client's device id.
     pub device_id: Option<String>,
+    /// The signing key the request's signature matched.
+    pub key_id: Option<String>,
     /// Page size, 1–1000 (default 100).
     pub limit: Option<usize>,
     /// `next` of the previous page.
     pub cursor: Option<String>,
     /// Stats: breakdown dimension (`country`, `isp`, `device_type`, `tier`, `rule`, `code`,
-    /// `route`, `app`, `arm`); default `tier`.
+    /// `route`, `app`, `arm`, `key_id`); default `tier`.
     pub by: Option<String>,
     /// Stats: time-series bucket in seconds (60 – 86400, default 60).
     pub bucket_s: Option<u32>,
@@ -50,7 +52,7 @@ pub enum QueryError {
     Unavailable(String),
 }
 
-pub const DIMENSIONS: [&str; 9] = [
+pub const DIMENSIONS: [&str; 10] = [
     "country",
     "isp",
     "device_type",
@@ -60,6 +62,7 @@ pub const DIMENSIONS: [&str; 9] = [
     "route",
     "app",
     "arm",
+    "key_id",
 ];
 
 const ACTIONS: [&str; 4] = ["allow", "challenge", "review", "deny"];
@@ -130,7 +133,7 @@ fn check(f: &Filter, now_ms: i64) -> Result<Checked, QueryError> {
     })
 }
 
-fn string_filters(f: &Filter) -> [(&'static str, Option<&String>); 10] {
+fn string_filters(f: &Filter) -> [(&'static str, Option<&String>); 11] {
     [
         ("app", f.app.as_ref()),
         ("route", f.route.as_ref()),
@@ -142,6 +145,7 @@ fn string_filters(f: &Filter) -> [(&'static str, Option<&String>); 10] {
         ("code", f.code.as_ref()),
         ("device_type", f.device_type.as_ref()),
         ("device_id", f.device_id.as_ref()),
+        ("key_id", f.key_id.as_ref()),
     ]
 }
 
@@ -315,8 +319,13 @@ pub async fn decisions_ch(s: &ChSettings, f: &Filter, now_ms: i64) -> Result<Val
 pub async fn stats_ch(s: &ChSettings, f: &Filter, now_ms: i64) -> Result<Value, QueryError> {
     let c = check(f, now_ms)?;
     let db = &s.database;
-    // The rollup has no user, ip or device id: filters on them read the base table.
-    let base = f.user.is_some() || f.ip.is_some() || f.device_id.is_some();
+    // The rollup has no user, ip, device id or key id: filters on them (and a breakdown by key)
+    // read the base table.
+    let base = f.user.is_some()
+        || f.ip.is_some()
+        || f.device_id.is_some()
+        || f.key_id.is_some()
+        || c.by == "key_id";
     let (table, n, time) = if base {
         (format!("{db}.{TABLE}"), "count()", "time")
     } else {
@@ -457,6 +466,7 @@ fn local_decision(r: &Value) -> Value {
         "isp": s("isp"),
         "device_type": s("device_type"),
         "device_id": s("device_id"),
+        "key_id": s("key_id"),
         "ua_family": crate::declog::clickhouse::ua_family(&s("user_agent")),
         "user_agent": s("user_agent"),
         "ja3": s("ja3"),

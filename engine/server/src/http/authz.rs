@@ -47,6 +47,9 @@ pub(super) async fn authz(rt: web::Data<Runtime>, req: HttpRequest) -> HttpRespo
                 .insert_header(("X-Rampart-Code", out.code.as_str()))
                 .insert_header(("X-Rampart-Status", out.status.to_string()))
                 .insert_header(("X-Rampart-Decision-Id", out.decision_id.clone()));
+            if let Some(k) = &out.key_id {
+                r.insert_header(("X-Rampart-Key-Id", k.as_str()));
+            }
             if let Some(ms) = out.retry_after_ms.filter(|_| status == 429) {
                 r.insert_header(("Retry-After", ms.div_ceil(1000).max(1).to_string()));
             }

@@ -31,6 +31,10 @@ pub struct DecisionOut {
     pub server_time_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skew_ms: Option<i64>,
+    /// The signing key the request's signature matched (absent when the signature step refused
+    /// the request or was not reached).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -101,6 +105,7 @@ pub(super) fn judge(
         instance: rt.instance.clone(),
         score: verdict.score,
         request: recorded,
+        key_id: verdict.key_id.clone(),
     });
     Ok(DecisionOut {
         decision_id,
@@ -120,6 +125,7 @@ pub(super) fn judge(
         degraded: verdict.degraded,
         server_time_ms: verdict.server_time_ms,
         skew_ms: verdict.skew_ms,
+        key_id: verdict.key_id.map(|k| k.to_string()),
     })
 }
 
