@@ -3,6 +3,13 @@
 //! enum, so recording a decision is a few relaxed atomic adds, no label lookup.
 
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::MetricType;
+use rampart_core::replay::keys::{KeyUse, Keyring};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -64,7 +71,36 @@ pub struct Metrics {
     pub redis_up: Gauge,
     /// Other instances seen serving this instance's apps while it keeps its state locally.
     pub local_state_peers: Gauge,
+    /// Every signing key seen in a keyring, with its use counter (read at each scrape).
+    key_uses: Arc<KeyUses>,
 }
+
+/// `rampart_signature_key_uses_total{app,key}`: read from the keys' own counters at each scrape,
+/// so a decision pays one relaxed atomic add and no label lookup. A key stays listed after it is
+/// retired (its counter stops), so the series never goes backwards.
+#[derive(Debug, Default)]
+struct KeyUses(Mutex<Vec<(String, Arc<str>, Arc<KeyUse>)>>);
+
+impl Collector for KeyUsesCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let keys = self.0 .0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut family = encoder.encode_descriptor(
+            "signature_key_uses",
+            "Requests whose signature matched each signing key, by app and key id (watch an old \
+             key's use fall to zero before retiring it)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (app, key, usage) in keys.iter() {
+            let labels = [("app", app.as_str()), ("key", &**key)];
+            ConstCounter::new(usage.uses()).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct KeyUsesCollector(Arc<KeyUses>);
 
 fn idx(step: Step, action: Action, code: Code) -> usize {
     let s = Step::ALL.iter().position(|x| *x == step).unwrap_or(0);
@@ -349,6 +385,9 @@ impl Metrics {
             ruleset_info.clone(),
         );
 
+        let key_uses = Arc::new(KeyUses::default());
+        registry.register_collector(Box::new(KeyUsesCollector(key_uses.clone())));
+
         let info = Family::<Labels, Gauge>::default();
         registry.register("build_info", "Build information", info.clone());
         info.get_or_create(&vec![("version", env!("CARGO_PKG_VERSION"))])
@@ -392,6 +431,23 @@ impl Metrics {
             redis_up,
             local_state_peers,
             ruleset_compiled_versions,
+            key_uses,
+        }
+    }
+
+    /// Lists the keys of `app`'s keyring in `rampart_signature_key_uses_total` (keys already
+    /// listed keep their series).
+    pub fn track_keys(&self, app: &str, ring: &Keyring) {
+        let mut keys = self.key_uses.0.lock().unwrap_or_else(|e| e.into_inner());
+        for k in ring.keys() {
+            let known = keys
+                .iter_mut()
+                .find(|(a, id, _)| a == app && **id == *k.id());
+            match known {
+                // A keyring rebuilt after a change shares the counter; re-point it all the same.
+                Some(entry) => entry.2 = k.usage().clone(),
+                None => keys.push((app.to_string(), k.id_arc().clone(), k.usage().clone())),
+            }
         }
     }
 
@@ -505,5 +561,24 @@ fn plausible(step: Step, action: Action, code: Code) -> bool {
         }
         Step::Final => action == Action::Allow && code == Code::Ok,
         Step::Edge | Step::Gateway | Step::Business => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_uses_are_read_from_the_keys_at_each_scrape() {
+        let m = Metrics::new("bloom");
+        let ring = Keyring::single(b"s");
+        m.track_keys("shop", &ring);
+        ring.keys()[0].record_use(5);
+        ring.keys()[0].record_use(6);
+        let text = m.encode();
+        assert!(
+            text.contains("rampart_signature_key_uses_total{app=\"shop\",key=\"default\"} 2"),
+            "{text}"
+        );
     }
 }

@@ -844,6 +844,7 @@ async fn the_openapi_document_covers_every_route_and_every_operation_is_served()
         for method in ops.as_object().unwrap().keys() {
             let uri = path
                 .replace("{version}", "stable")
+                .replace("{app}", "shop")
                 .replace("{id}", "1")
                 .replace("{tail}", "x/y");
             let req = test::TestRequest::default()

@@ -1,10 +1,12 @@
 //! The admin API (`/admin/v1/…`): one file per resource — [`session`] (who is calling, login),
 //! [`rulesets`] (versions), [`sandbox`] (regressions, backtests, traces), [`rollout`], [`lists`],
-//! [`audit`], [`settings`], [`decisions`] (the log's read side) — routed in [`configure`] below.
+//! [`audit`], [`settings`], [`keys`] (apps' signing keys), [`decisions`] (the log's read side) —
+//! routed in [`configure`] below.
 //! Every route checks its role first; see `docs/api.md`.
 
 mod audit;
 mod decisions;
+mod keys;
 mod lists;
 mod rollout;
 mod rulesets;
@@ -111,6 +113,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         )
         .service(r("/admin/v1/lists/{id}").route(web::delete().to(lists::remove)))
         .service(r("/admin/v1/audit").route(web::get().to(audit::query)))
+        .service(
+            r("/admin/v1/apps/{app}/keys")
+                .route(web::get().to(keys::list))
+                .route(web::post().to(keys::add))
+                .route(web::delete().to(keys::retire_by_query)),
+        )
+        .service(r("/admin/v1/apps/{app}/keys/{id}").route(web::delete().to(keys::retire)))
+        .service(r("/admin/v1/apps/{app}/keys/{id}/approve").route(web::post().to(keys::approve)))
         .service(
             r("/admin/v1/settings/log-level")
                 .route(web::get().to(settings::log_level_get))

@@ -583,7 +583,7 @@ fn post(agent: &ureq::Agent, url: &str, body: &[u8]) -> Result<(u16, Vec<u8>), u
 
 fn secret(a: &DemoArgs) -> Result<Vec<u8>, String> {
     Ok(a.secret
-        .resolve(&a.app)?
+        .resolve(&a.app, None)?
         .unwrap_or_else(|| crate::config::DEMO_SECRET.as_bytes().to_vec()))
 }
 

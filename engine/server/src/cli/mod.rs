@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use rampart_core::replay::sign::{sign, ToSign};
+use rampart_core::replay::sign::{sign_many, ToSign};
 
 use crate::config::{Config, Validated};
 use crate::runtime::Runtime;
@@ -63,6 +63,20 @@ struct SignArgs {
     app: String,
     #[command(flatten)]
     secret: SecretArgs,
+    /// The key signed with: sent as `x-key-id` (one signature only); with `--config`, also picks
+    /// that key's secret from the app's keys.
+    #[arg(long)]
+    key_id: Option<String>,
+    /// A second signature, with this secret (a client rolling from one key to the next):
+    /// `x-signature` carries both entries and `x-key-id` is not sent.
+    #[arg(long, conflicts_with_all = ["also_secret_env", "also_key_id"])]
+    also_secret: Option<String>,
+    /// A second signature, with the secret in this environment variable.
+    #[arg(long, conflicts_with = "also_key_id")]
+    also_secret_env: Option<String>,
+    /// A second signature, with this key of the app in `--config`.
+    #[arg(long, requires = "config")]
+    also_key_id: Option<String>,
     #[arg(long, default_value = "GET")]
     method: String,
     #[arg(long, default_value = "/")]
@@ -310,8 +324,11 @@ fn check(config: Option<PathBuf>) -> ExitCode {
         ),
         None => println!("listen: http://{}", v.listen),
     }
-    for (id, _, w) in &v.apps {
-        println!("app {id}: window ±{w} ms");
+    for a in &v.apps {
+        println!("app {}: window ±{} ms", a.id, a.window_ms);
+    }
+    for line in v.keys_report(crate::clock::now_ms()) {
+        println!("{line}");
     }
     match (&v.crs, v.raw.waf.dir()) {
         (Some(crs), Some(dir)) => {
@@ -402,8 +419,9 @@ pub struct SecretArgs {
 }
 
 impl SecretArgs {
-    /// The secret of `app`, or `None` when no source was given.
-    pub fn resolve(&self, app: &str) -> Result<Option<Vec<u8>>, String> {
+    /// The secret of `app` (of its key `key_id` when the secret comes from `--config`), or `None`
+    /// when no source was given.
+    pub fn resolve(&self, app: &str, key_id: Option<&str>) -> Result<Option<Vec<u8>>, String> {
         Ok(Some(match (&self.secret, &self.secret_env, &self.config) {
             (Some(s), _, _) => s.clone().into_bytes(),
             (_, Some(var), _) => std::env::var(var)
@@ -413,9 +431,10 @@ impl SecretArgs {
                 let v = load(Some(path))?;
                 v.apps
                     .iter()
-                    .find(|(id, _, _)| id == app)
-                    .map(|(_, s, _)| s.clone())
+                    .find(|a| a.id == app)
                     .ok_or_else(|| format!("app {app:?} is not in {}", path.display()))?
+                    .secret(key_id)?
+                    .to_vec()
             }
             _ => return Ok(None),
         }))
@@ -425,8 +444,27 @@ impl SecretArgs {
 fn sign_cmd(a: SignArgs) -> Result<String, String> {
     let secret = a
         .secret
-        .resolve(&a.app)?
+        .resolve(&a.app, a.key_id.as_deref())?
         .ok_or("give --secret, --secret-env or --config")?;
+    let also = match (&a.also_secret, &a.also_secret_env, &a.also_key_id) {
+        (Some(s), _, _) => Some(s.clone().into_bytes()),
+        (_, Some(var), _) => Some(
+            std::env::var(var)
+                .map_err(|_| format!("{var} is not set"))?
+                .into_bytes(),
+        ),
+        (_, _, Some(id)) => a.secret.resolve(&a.app, Some(id))?,
+        _ => None,
+    };
+    // A client mid-roll does not know which key the engine holds: it names none.
+    let key_id = a.key_id.clone().filter(|_| also.is_none());
+    if let Some(id) = &key_id {
+        if !rampart_core::replay::keys::valid_key_id(id) {
+            return Err(format!(
+                "--key-id {id:?}: a key id is 1–64 characters of [A-Za-z0-9._-]"
+            ));
+        }
+    }
     let body = match (&a.body, &a.body_file) {
         (Some(b), _) => b.clone().into_bytes(),
         (_, Some(p)) => std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?,
@@ -434,8 +472,10 @@ fn sign_cmd(a: SignArgs) -> Result<String, String> {
     };
     let nonce = a.nonce.clone().unwrap_or_else(random_nonce);
     let method = a.method.to_ascii_uppercase();
-    let h = sign(
-        &secret,
+    let mut secrets: Vec<&[u8]> = vec![&secret];
+    secrets.extend(also.as_deref());
+    let h = sign_many(
+        &secrets,
         &ToSign {
             app: &a.app,
             method: &method,
@@ -446,14 +486,21 @@ fn sign_cmd(a: SignArgs) -> Result<String, String> {
             nonce: &nonce,
         },
     );
-    let headers = serde_json::json!({
+    let mut headers = serde_json::json!({
         "x-timestamp": h.timestamp,
         "x-nonce": h.nonce,
         "x-signature": h.signature,
     });
+    if let Some(id) = &key_id {
+        headers["x-key-id"] = id.as_str().into();
+    }
+    let key_line = key_id
+        .as_ref()
+        .map(|id| format!("\nx-key-id: {id}"))
+        .unwrap_or_default();
     Ok(match a.format {
         SignFormat::Headers => format!(
-            "x-timestamp: {}\nx-nonce: {}\nx-signature: {}\nx-content-sha256: {}",
+            "x-timestamp: {}\nx-nonce: {}\nx-signature: {}{key_line}\nx-content-sha256: {}",
             h.timestamp, h.nonce, h.signature, h.body_sha256
         ),
         SignFormat::Json => headers.to_string(),
@@ -492,6 +539,9 @@ fn sign_cmd(a: SignArgs) -> Result<String, String> {
                 h.signature,
                 h.body_sha256
             );
+            if let Some(id) = &key_id {
+                cmd.push_str(&format!(" -H 'x-key-id: {id}'"));
+            }
             if !body.is_empty() {
                 cmd.push_str(&format!(
                     " --data-raw '{}'",

@@ -28,6 +28,9 @@ pub struct AdminConfig {
     pub bundle_keys: Vec<BundleKey>,
     /// Dev mode: also accept unsigned uploads (and stage them). On in the embedded defaults only.
     pub allow_unsigned_uploads: bool,
+    /// Four eyes for signing keys: a key added through the admin API stays pending (refused)
+    /// until a second admin approves it. Retiring a key never waits.
+    pub key_approval: bool,
 }
 
 impl Default for AdminConfig {
@@ -46,6 +49,7 @@ impl Default for AdminConfig {
             canary_max_error_increase: 0.01,
             bundle_keys: Vec::new(),
             allow_unsigned_uploads: false,
+            key_approval: false,
         }
     }
 }

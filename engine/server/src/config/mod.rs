@@ -29,7 +29,7 @@ use rampart_core::replay::bloom::SlicedBloomConfig;
 use serde::Deserialize;
 
 pub use admin::{AdminConfig, AdminToken, AdminUser, BundleKey};
-pub use apps::AppConfig;
+pub use apps::{AppConfig, KeyConfig, ValidApp, ValidKey};
 pub use decision_log::{DecisionLogConfig, SpoolFull};
 pub use fingerprint::{FingerprintConfig, RouteConfig};
 pub use log::LogConfig;
@@ -83,7 +83,7 @@ pub enum ConfigError {
 pub struct Validated {
     pub raw: Config,
     pub listen: SocketAddr,
-    pub apps: Vec<(String, Vec<u8>, i64)>,
+    pub apps: Vec<ValidApp>,
     pub filter: SlicedBloomConfig,
     pub retention_ms: i64,
     /// The TLS settings when `[server] tls_cert_file` and `tls_key_file` are set, read by
@@ -103,6 +103,7 @@ impl Config {
                 id: "demo".into(),
                 secret: Some(DEMO_SECRET.into()),
                 secret_env: None,
+                keys: Vec::new(),
                 // Generous so that a hand-typed curl from the README fits; tighten in production.
                 window_ms: 30_000,
             }],
@@ -236,7 +237,7 @@ impl Validated {
             apps: self
                 .apps
                 .iter()
-                .map(|(id, secret, w)| AppPolicy::new(id.clone(), secret, *w))
+                .map(|a| AppPolicy::with_keys(a.id.clone(), a.keyring(), a.window_ms))
                 .collect(),
             routes: c
                 .routes
@@ -293,7 +294,7 @@ mod tests {
             .validate()
             .unwrap();
         assert_eq!(v.listen.to_string(), "127.0.0.1:8080");
-        assert_eq!(v.apps[0].0, "demo");
+        assert_eq!(v.apps[0].id, "demo");
         assert_eq!(v.retention_ms, 60_000);
         // The embedded defaults are a trial set-up: unsigned uploads; a config file has to ask.
         assert!(v.raw.admin.allow_unsigned_uploads);
@@ -411,7 +412,7 @@ mod tests {
         };
         let want = [
             "server.listen \"x\" is not an address like 127.0.0.1:8080",
-            "apps[0] (\"a\"): secret or secret_env is required",
+            "apps[0] (\"a\"): secret or secret_env is required (or a keys list)",
             "state.target_fp must be in (0, 0.01]",
             "fingerprint.window_ms must be ≥ 0 (0 disables)",
             "decision_log.max_files and queue_size must be at least 1",

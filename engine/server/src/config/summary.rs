@@ -3,6 +3,7 @@
 //! console (no secret in any of them).
 
 use rampart_core::policy::FailPolicy;
+use rampart_core::replay::keys::Validity;
 
 use super::state::{Backend, NonceMode};
 use super::Validated;
@@ -10,21 +11,90 @@ use super::Validated;
 /// A window wider than this draws a warning from `rampart check` and `rampart serve`.
 pub const WIDE_WINDOW_MS: i64 = 60_000;
 
+/// A configured key that expires within this (a week) draws a warning.
+pub const KEY_EXPIRY_WARNING_MS: i64 = 7 * 86_400_000;
+
 impl Validated {
     /// What is allowed but probably a mistake: apps whose time window is wider than
     /// [`WIDE_WINDOW_MS`] (a captured request can be replayed that long wherever dedup is weak, and
-    /// nonce retention grows with it), with the fix.
+    /// nonce retention grows with it), with the fix; configured keys that expired or expire within
+    /// [`KEY_EXPIRY_WARNING_MS`], and apps with no key valid now (every request refused).
     pub fn warnings(&self) -> Vec<String> {
-        self.apps
-            .iter()
-            .filter(|(_, _, w)| *w > WIDE_WINDOW_MS)
-            .map(|(id, _, w)| {
-                format!(
+        self.warnings_at(crate::clock::now_ms())
+    }
+
+    /// [`Validated::warnings`] at server time `now`.
+    pub fn warnings_at(&self, now: i64) -> Vec<String> {
+        let mut out = Vec::new();
+        for a in &self.apps {
+            let (id, w) = (&a.id, a.window_ms);
+            if w > WIDE_WINDOW_MS {
+                out.push(format!(
                     "app {id:?}: window_ms = {w} is wider than {} s; a captured request stays \
                      valid that long. Narrow the app's window, or give its sensitive routes a \
                      narrower one with [[routes]] window_ms",
                     WIDE_WINDOW_MS / 1000
-                )
+                ));
+            }
+            for k in &a.keys {
+                match k.not_after_ms {
+                    Some(t) if t < now => out.push(format!(
+                        "app {id:?}: key {:?} expired at {}; requests signed with it are refused. \
+                         Remove it from the configuration",
+                        k.id,
+                        crate::clock::utc(t)
+                    )),
+                    Some(t) if t - now <= KEY_EXPIRY_WARNING_MS => out.push(format!(
+                        "app {id:?}: key {:?} expires at {} (in {} h); make sure clients sign \
+                         with another key by then",
+                        k.id,
+                        crate::clock::utc(t),
+                        (t - now) / 3_600_000
+                    )),
+                    _ => {}
+                }
+            }
+            let ring = a.keyring();
+            if !ring
+                .keys()
+                .iter()
+                .any(|k| k.validity(now) == Validity::Active)
+            {
+                out.push(format!(
+                    "app {id:?}: no configured key is valid now; every request of this app is \
+                     refused until one is (or one is added through the admin API)"
+                ));
+            }
+        }
+        out
+    }
+
+    /// Each app's configured keys as `rampart check` prints them: ids and validity, never
+    /// secrets.
+    pub fn keys_report(&self, now: i64) -> Vec<String> {
+        let when = |t: Option<i64>| t.map(crate::clock::utc);
+        self.apps
+            .iter()
+            .map(|a| {
+                let keys: Vec<String> = a
+                    .keys
+                    .iter()
+                    .map(|k| {
+                        let span = match (when(k.not_before_ms), when(k.not_after_ms)) {
+                            (None, None) => "always valid".to_string(),
+                            (Some(b), None) => format!("valid from {b}"),
+                            (None, Some(e)) => format!("valid until {e}"),
+                            (Some(b), Some(e)) => format!("valid from {b} until {e}"),
+                        };
+                        let state = match k.signing_key().validity(now) {
+                            Validity::Active => "active",
+                            Validity::NotYet(_) => "not yet valid",
+                            Validity::Expired(_) => "expired",
+                        };
+                        format!("{} ({span}; {state})", k.id)
+                    })
+                    .collect();
+                format!("app {} keys: {}", a.id, keys.join(", "))
             })
             .collect()
     }
@@ -53,7 +123,8 @@ impl Validated {
         );
         let rs = c.rules.settings();
         json!({
-            "apps": self.apps.iter().map(|(id, _, w)| json!({"id": id, "window_ms": w})).collect::<Vec<_>>(),
+            // Keys are listed to admins only (`GET /admin/v1/apps/{app}/keys`).
+            "apps": self.apps.iter().map(|a| json!({"id": a.id, "window_ms": a.window_ms})).collect::<Vec<_>>(),
             "fingerprint": {"window_ms": c.fingerprint.window_ms, "methods": c.fingerprint.methods,
                             "volatile_fields": c.fingerprint.volatile_fields},
             "routes": c.routes.iter().map(|r| json!({
@@ -108,6 +179,7 @@ impl Validated {
                 "tokens": c.admin.tokens.iter().map(|t| json!({"name": t.name, "role": t.role})).collect::<Vec<_>>(),
                 "bundle_keys": c.admin.bundle_keys.iter().map(|k| json!({"name": k.name, "public_key": k.public_key})).collect::<Vec<_>>(),
                 "allow_unsigned_uploads": c.admin.allow_unsigned_uploads,
+                "key_approval": c.admin.key_approval,
                 "session_ttl_ms": c.admin.session_ttl_ms,
                 "canary_min_samples": c.admin.canary_min_samples,
                 "canary_max_refusal_increase": c.admin.canary_max_refusal_increase,

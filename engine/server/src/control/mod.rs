@@ -1,6 +1,6 @@
 //! The control plane: rule set versions ([`versions`]), staged rollout with approval and automatic
-//! rollback ([`rollout`]), block/allow lists ([`lists`]), the audit log ([`audit`]), kept in files
-//! or Redis ([`store`]); who may do what is [`crate::auth`]. This file holds the state document and
+//! rollback ([`rollout`]), block/allow lists ([`lists`]), signing keys added and retired at run
+//! time ([`keys`]), the audit log ([`audit`]), kept in files or Redis ([`store`]); who may do what is [`crate::auth`]. This file holds the state document and
 //! the mechanism every change goes through.
 //!
 //! Every change goes through [`Control::mutate`]: read the rollout state, derive the next one,
@@ -8,6 +8,7 @@
 //! notice the new generation within `[admin] poll_ms` and apply it too ([`Control::poll`]).
 
 mod audit;
+mod keys;
 mod lists;
 mod rollout;
 pub mod store;
@@ -26,6 +27,7 @@ use crate::error::ApiError;
 use store::ControlStore;
 
 pub use audit::{Audit, AuditEntry};
+pub use keys::{CreatedKey, KeyEntry, NewKey, RetiredKey};
 pub use lists::{ListEntry, NewListEntry};
 pub use rollout::{CandidateState, RolloutEvent, StageRequest};
 pub use versions::{Provenance, VersionDoc, VersionMeta};
@@ -58,6 +60,9 @@ pub struct ControlState {
     pub lists: Vec<ListEntry>,
     pub next_list_id: u64,
     pub lists_version: u64,
+    /// Signing keys added and retired through the admin API (secrets of live keys included).
+    pub keys: Vec<KeyEntry>,
+    pub keys_version: u64,
     pub history: Vec<RolloutEvent>,
 }
 
@@ -78,6 +83,8 @@ struct Applied {
     lists_version: u64,
     /// The earliest expiry among the applied list entries.
     next_expiry_ms: Option<i64>,
+    /// The keys version applied, once any was.
+    keys_version: Option<u64>,
 }
 
 /// The control plane of one instance.
@@ -177,6 +184,14 @@ impl Control {
 
     /// Makes this instance run what `state` says.
     pub fn apply(&self, rt: &Host<'_>, state: &ControlState) -> Result<(), ApiError> {
+        // Keys first: a retired key must stop passing even if a rule set below cannot be applied.
+        {
+            let mut a = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+            if a.keys_version != Some(state.keys_version) {
+                self.apply_keys(rt, state);
+                a.keys_version = Some(state.keys_version);
+            }
+        }
         if let Some(v) = &state.stable {
             if rt.engine.rules().snapshot().version() != v {
                 let set = self.compiled(rt, v)?;

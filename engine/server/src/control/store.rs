@@ -2,7 +2,8 @@
 //! candidate, history, lists), the audit log, the session key and revoked sessions.
 //!
 //! - [`FileStore`] (local state): files under `[admin] state_dir` — `versions/<version>.json`,
-//!   `state.json` (written to a temporary file, synced, then renamed), `audit.jsonl` (appended and
+//!   `state.json` (written owner-only to a temporary file, synced, then renamed; it holds the
+//!   secrets of signing keys added through the admin API), `audit.jsonl` (appended and
 //!   synced per entry), `session.key`, `revoked.json`.
 //! - [`RedisStore`] (`[state] backend = "redis"`): keys under `<prefix>:ctl:` in one hash slot
 //!   (`{ctl}`), so every instance sees the same state. Redis must persist (AOF or RDB) for
@@ -100,16 +101,15 @@ impl FileStore {
         }
     }
 
-    /// Writes atomically: a temporary file, synced, renamed over the target.
+    /// Writes atomically: a temporary file (owner-only: the state holds the secrets of keys added
+    /// through the admin API), synced, renamed over the target.
     fn write_json<T: Serialize>(&self, path: &Path, v: &T) -> Result<(), StoreError> {
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = path.with_extension(format!("tmp.{}.{n}", std::process::id()));
         let body = serde_json::to_vec_pretty(v).map_err(err)?;
         (|| -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&body)?;
-            f.sync_all()?;
+            write_private(&tmp, &body)?;
             std::fs::rename(&tmp, path)
         })()
         .map_err(|e| err(format!("{}: {e}", path.display())))

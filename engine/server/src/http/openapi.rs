@@ -15,7 +15,7 @@ use rampart_core::{Action, Code};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 
-use crate::control::{NewListEntry, StageRequest};
+use crate::control::{CreatedKey, NewKey, NewListEntry, RetiredKey, StageRequest};
 use crate::http::{DecisionOut, Outcome, RulesetRef};
 
 /// An error of the call itself.
@@ -152,7 +152,8 @@ op!(
     responses(
         (
             status = 200,
-            description = "Allow; X-Rampart-Decision and X-Rampart-Code headers"
+            description = "Allow; X-Rampart-Decision, X-Rampart-Code and (once the signature \
+                           passed) X-Rampart-Key-Id headers"
         ),
         (
             status = 401,
@@ -605,6 +606,110 @@ op!(
     )
 );
 
+op!(
+    keys_list,
+    get,
+    path = "/admin/v1/apps/{app}/keys",
+    tag = "keys",
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    params(("app" = String, Path)),
+    responses(
+        (
+            status = 200,
+            description = "The app's keys (ids, validity, state, uses and last use on this \
+                           instance; never a secret), pending and retired ids"
+        ),
+        (status = 404, description = "UNKNOWN_APP", body = ErrorBody)
+    )
+);
+op!(
+    keys_add,
+    post,
+    path = "/admin/v1/apps/{app}/keys",
+    tag = "keys",
+    request_body = NewKey,
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    params(("app" = String, Path)),
+    responses(
+        (
+            status = 201,
+            description = "Added on every instance within [admin] poll_ms; the generated secret \
+                           is in this answer only",
+            body = CreatedKey
+        ),
+        (
+            status = 400,
+            description = "INVALID_FIELD",
+            body = ErrorBody
+        ),
+        (status = 404, description = "UNKNOWN_APP", body = ErrorBody),
+        (
+            status = 409,
+            description = "KEY_EXISTS, KEY_RETIRED or KEY_LIMIT",
+            body = ErrorBody
+        )
+    )
+);
+op!(
+    keys_retire_query,
+    delete,
+    path = "/admin/v1/apps/{app}/keys",
+    tag = "keys",
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    params(("app" = String, Path), ("id" = String, Query)),
+    responses(
+        (
+            status = 200,
+            description = "Retired on every instance",
+            body = RetiredKey
+        ),
+        (
+            status = 404,
+            description = "KEY_NOT_FOUND",
+            body = ErrorBody
+        ),
+        (status = 409, description = "KEY_RETIRED", body = ErrorBody)
+    )
+);
+op!(
+    keys_retire,
+    delete,
+    path = "/admin/v1/apps/{app}/keys/{id}",
+    tag = "keys",
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    params(("app" = String, Path), ("id" = String, Path)),
+    responses(
+        (
+            status = 200,
+            description = "Retired on every instance",
+            body = RetiredKey
+        ),
+        (
+            status = 404,
+            description = "KEY_NOT_FOUND",
+            body = ErrorBody
+        ),
+        (status = 409, description = "KEY_RETIRED", body = ErrorBody)
+    )
+);
+op!(
+    keys_approve,
+    post,
+    path = "/admin/v1/apps/{app}/keys/{id}/approve",
+    tag = "keys",
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    params(("app" = String, Path), ("id" = String, Path)),
+    responses(
+        (status = 200, description = "The pending key is accepted"),
+        (
+            status = 403,
+            description = "FOUR_EYES: the admin who added it",
+            body = ErrorBody
+        ),
+        (status = 409, description = "NOT_PENDING", body = ErrorBody)
+    )
+);
+
 struct Security;
 
 impl Modify for Security {
@@ -638,12 +743,13 @@ impl Modify for Security {
         ruleset_diff, ruleset_regress, ruleset_backtest, ruleset_validate, ruleset_trace,
         ruleset_activate, settings_get, rollout_get,
         rollout_stage, rollout_approve, rollout_rollback, lists_get, lists_add, lists_remove,
-        audit, log_level_get, log_level_put
+        audit, log_level_get, log_level_put, keys_list, keys_add, keys_retire_query, keys_retire,
+        keys_approve
     ),
     components(schemas(
         DecideRequest, JudgedRequest, ClientInfo, DecisionOut, RulesetRef, Action, Code, Reason,
         ShadowHit, ErrorBody, ErrorDetail, Outcome, TimeAnswer, StageRequest, CanaryFilter,
-        NewListEntry, ListAction, ListKind
+        NewListEntry, ListAction, ListKind, NewKey, CreatedKey, RetiredKey
     )),
     modifiers(&Security)
 )]

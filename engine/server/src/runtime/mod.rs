@@ -259,6 +259,9 @@ impl Runtime {
         };
         let rules = Arc::new(LiveRules::new(load_rules(&cfg, &rule_state)?));
         let mut engine = Engine::new(cfg.engine_settings(), nonces, fingerprints, rules);
+        for app in engine.apps() {
+            metrics.track_keys(&app.id, &app.keys.load());
+        }
         if redis_mode && st.local_fallback {
             engine = engine.with_fallback(Fallback {
                 nonces: local_nonces(),
@@ -449,7 +452,7 @@ impl Runtime {
             return;
         }
         let i = (now / 1000) as usize % apps.len();
-        rn.sample(&apps[i].0, now);
+        rn.sample(&apps[i].id, now);
     }
 
     /// Whether the engine can serve decisions: started, and connected to Redis when it uses it.

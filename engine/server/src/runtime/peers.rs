@@ -64,7 +64,7 @@ pub fn peer_query(database: &str, me: &str, apps: &[String]) -> Sql {
 
 async fn run(rt: Arc<Runtime>) {
     let settings = crate::declog::ch_settings(&rt.config.raw.decision_log);
-    let apps: Vec<String> = rt.config.apps.iter().map(|(id, _, _)| id.clone()).collect();
+    let apps: Vec<String> = rt.config.apps.iter().map(|a| a.id.clone()).collect();
     let sql = peer_query(&settings.database, &rt.instance, &apps);
     let every = Duration::from_millis(rt.config.raw.state.peer_check_ms);
     let mut known: Vec<String> = Vec::new();
