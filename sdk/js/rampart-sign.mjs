@@ -11,6 +11,14 @@
 // with empty parts dropped and the parts sorted in byte order (UTF-8 bytes, no decoding), the
 // timestamp (Unix ms), the nonce, the lower-case hex SHA-256 of the body — joined by "\n". The
 // signature is "v1=" + lower-case hex HMAC-SHA256(secret, canonical).
+//
+// Keys with ids (an app's secret replaced without a flag day): sign with one key and name it,
+//   await sign({ keys: [{ id: "k2", secret }], app, ... })           // x-key-id: k2
+// or, while the app rolls from one key to the next, with both (new first): x-signature carries
+// one "v1=" entry per key and no key is named; the engine accepts any entry that matches a key
+// it holds.
+//   const h = await sign({ keys: [{ id: "k2", secret: next }, { id: "k1", secret: old }], ... });
+//   fetch(url, { headers: headers(h) });
 
 const encoder = new TextEncoder();
 const subtle = globalThis.crypto.subtle;
@@ -78,14 +86,10 @@ export function newNonce() {
   return out;
 }
 
-/**
- * The anti-replay headers of a request. `timestampMs` defaults to now, `nonce` to a fresh one.
- * @returns {Promise<{timestamp: string, nonce: string, signature: string, contentSha256: string}>}
- */
-export async function sign({ secret, app, method, path, query = "", body, timestampMs, nonce }) {
-  const ts = timestampMs ?? Date.now();
-  const n = nonce ?? newNonce();
-  const text = await canonical({ app, method, path, query, body, timestampMs: ts, nonce: n });
+/** Most "v1=" entries the engine reads from one x-signature. */
+export const MAX_SIGNATURES = 4;
+
+async function hmacHex(secret, text) {
   const key = await subtle.importKey(
     "raw",
     bytes(secret),
@@ -93,11 +97,41 @@ export async function sign({ secret, app, method, path, query = "", body, timest
     false,
     ["sign"],
   );
-  const mac = await subtle.sign("HMAC", key, encoder.encode(text));
+  return hex(await subtle.sign("HMAC", key, encoder.encode(text)));
+}
+
+/**
+ * The anti-replay headers of a request. `timestampMs` defaults to now, `nonce` to a fresh one.
+ * Sign with `secret` (naming `keyId` when given), or with `keys`, a list of `{ id, secret }`: one
+ * key is named in `keyId`; two to four give one "v1=" entry each, in order, and name none.
+ * @returns {Promise<{timestamp: string, nonce: string, signature: string, contentSha256: string,
+ *   keyId: string | undefined}>}
+ */
+export async function sign({ secret, keyId, keys, app, method, path, query = "", body, timestampMs, nonce }) {
+  if (keys === undefined) {
+    keys = [{ id: keyId, secret }];
+  } else if (secret !== undefined || keyId !== undefined) {
+    throw new TypeError("give either secret (and keyId) or keys");
+  }
+  if (keys.length < 1 || keys.length > MAX_SIGNATURES) {
+    throw new RangeError(`sign with 1 to ${MAX_SIGNATURES} keys`);
+  }
+  const ts = timestampMs ?? Date.now();
+  const n = nonce ?? newNonce();
+  const text = await canonical({ app, method, path, query, body, timestampMs: ts, nonce: n });
+  const macs = await Promise.all(keys.map((k) => hmacHex(k.secret, text)));
   return {
     timestamp: String(ts),
     nonce: n,
-    signature: "v1=" + hex(mac),
+    signature: macs.map((m) => "v1=" + m).join(","),
     contentSha256: await bodySha256(body),
+    keyId: keys.length === 1 ? (keys[0].id ?? undefined) : undefined,
   };
+}
+
+/** The headers to send for `sign`'s result: x-key-id only when a key is named. */
+export function headers(h) {
+  const out = { "x-timestamp": h.timestamp, "x-nonce": h.nonce, "x-signature": h.signature };
+  if (h.keyId !== undefined) out["x-key-id"] = h.keyId;
+  return out;
 }

@@ -114,6 +114,221 @@ fn sign_reproduces_the_contract_test_vector() {
     assert!(err.contains("--secret"));
 }
 
+/// The shared rotation vectors (`sdk/vectors.json`).
+fn rotation_vectors() -> Vec<Value> {
+    let text = std::fs::read_to_string(format!(
+        "{}/../../sdk/vectors.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    v["rotation"]["vectors"].as_array().unwrap().clone()
+}
+
+/// `rampart sign` of a rotation vector's request with `extra` arguments.
+fn sign_vector(t: &Value, extra: &[&str]) -> (i32, String, String) {
+    let s = |k: &str| t[k].as_str().unwrap().to_string();
+    let ts = t["timestamp_ms"].to_string();
+    let base = [
+        "sign".to_string(),
+        "--app".into(),
+        s("app"),
+        "--method".into(),
+        s("method"),
+        "--path".into(),
+        s("path"),
+        "--query".into(),
+        s("query"),
+        "--timestamp".into(),
+        ts,
+        "--nonce".into(),
+        s("nonce"),
+        "--body".into(),
+        s("body"),
+    ];
+    let mut args: Vec<&str> = base.iter().map(String::as_str).collect();
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+#[test]
+fn sign_names_a_key_and_signs_with_two_during_a_roll() {
+    let v = rotation_vectors();
+    let (named, roll) = (&v[1], &v[2]);
+    let (code, out, err) = sign_vector(named, &["--secret", "demo-secret-2", "--key-id", "k2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!(
+            "x-signature: {}\n",
+            named["x-signature"].as_str().unwrap()
+        )),
+        "{out}"
+    );
+    assert!(out.contains("x-key-id: k2"), "{out}");
+    let (code, out, err) = sign_vector(
+        roll,
+        &[
+            "--secret",
+            "demo-secret-2",
+            "--key-id",
+            "k2",
+            "--also-secret",
+            "demo-secret",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!(
+            "x-signature: {}\n",
+            roll["x-signature"].as_str().unwrap()
+        )),
+        "{out}"
+    );
+    assert!(
+        !out.contains("x-key-id"),
+        "two signatures name no key: {out}"
+    );
+    // The same from a configuration's keyring.
+    let d = temp_dir("sign-keys");
+    let cfg = write(
+        &d,
+        "c.toml",
+        "[[apps]]\nid='demo'\nsecret='demo-secret'\nkeys=[{ id='k2', secret='demo-secret-2' }]\n",
+    );
+    let c = cfg.to_str().unwrap();
+    let (code, out, err) = sign_vector(
+        roll,
+        &[
+            "--config",
+            c,
+            "--key-id",
+            "k2",
+            "--also-key-id",
+            "default",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let h: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(h["x-signature"], roll["x-signature"]);
+    assert!(h.get("x-key-id").is_none(), "{h}");
+    let (code, out, _) = sign_vector(
+        named,
+        &["--config", c, "--key-id", "k2", "--format", "json"],
+    );
+    assert_eq!(code, 0);
+    let h: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (h["x-signature"].clone(), h["x-key-id"].clone()),
+        (named["x-signature"].clone(), "k2".into())
+    );
+    // Without --key-id the plain secret (`default`) signs; with several keys and no default,
+    // or an unknown key, it says which keys there are.
+    let (code, out, _) = sign_vector(&v[0], &["--config", c, "--format", "json"]);
+    assert_eq!(code, 0);
+    let h: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(h["x-signature"], v[0]["x-signature"]);
+    let only_keys = write(
+        &d,
+        "k.toml",
+        "[[apps]]\nid='demo'\nkeys=[{ id='k1', secret='a' }, { id='k2', secret='b' }]\n",
+    );
+    let (code, _, err) = sign_vector(named, &["--config", only_keys.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("several keys (k1, k2): choose one with --key-id"),
+        "{err}"
+    );
+    let (code, _, err) = sign_vector(named, &["--config", c, "--key-id", "k9"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("has no key \"k9\""), "{err}");
+    let (code, _, err) = sign_vector(named, &["--secret", "x", "--key-id", "bad id"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--key-id"), "{err}");
+}
+
+#[test]
+fn check_prints_each_apps_keys_without_secrets_and_warns_about_expiry() {
+    let d = temp_dir("check-keys");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let cfg = write(
+        &d,
+        "c.toml",
+        &format!(
+            "[[apps]]\nid='shop'\nsecret='plain-secret-1'\nkeys=[\
+             {{ id='k2', secret='soon-secret-22', not_after_ms={} }},\
+             {{ id='k1', secret='gone-secret-11', not_after_ms={} }},\
+             {{ id='k3', secret='next-secret-33', not_before_ms={} }}]\n\
+             [[apps]]\nid='pay'\nkeys=[{{ id='p1', secret='late-secret-44', not_before_ms={} }}]\n",
+            now + 2 * 86_400_000,
+            now - 86_400_000,
+            now + 86_400_000,
+            now + 3_600_000,
+        ),
+    );
+    let (code, out, err) = run(&["check", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let keys = out
+        .lines()
+        .find(|l| l.starts_with("app shop keys: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(keys.contains("default (always valid; active)"), "{keys}");
+    assert!(keys.contains("k2 (valid until "), "{keys}");
+    assert!(
+        keys.contains("k1 (valid until ") && keys.contains("; expired)"),
+        "{keys}"
+    );
+    assert!(
+        keys.contains("k3 (valid from ") && keys.contains("; not yet valid)"),
+        "{keys}"
+    );
+    assert!(
+        out.contains("warning: app \"shop\": key \"k2\" expires at "),
+        "{out}"
+    );
+    assert!(
+        out.contains("warning: app \"shop\": key \"k1\" expired at "),
+        "{out}"
+    );
+    assert!(
+        out.contains("warning: app \"pay\": no configured key is valid now"),
+        "{out}"
+    );
+    for secret in [
+        "plain-secret-1",
+        "soon-secret-22",
+        "gone-secret-11",
+        "next-secret-33",
+        "late-secret-44",
+    ] {
+        assert!(
+            !out.contains(secret) && !err.contains(secret),
+            "{secret} printed"
+        );
+    }
+    // Bad keys are refused before anything starts, each with its place.
+    let bad = write(
+        &d,
+        "bad.toml",
+        "[[apps]]\nid='shop'\nkeys=[{ id='k1', secret='x', not_before_ms=9, not_after_ms=5 }, { id='k1', secret='' }]\n",
+    );
+    let (code, _, err) = run(&["check", "--config", bad.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("keys[0] (\"k1\"): not_before_ms (9) must be before not_after_ms (5)"),
+        "{err}"
+    );
+    assert!(err.contains("keys[1] (\"k1\"): duplicate key id"), "{err}");
+    assert!(
+        err.contains("keys[1] (\"k1\"): the secret is empty"),
+        "{err}"
+    );
+}
+
 struct Server {
     child: Child,
     base: String,

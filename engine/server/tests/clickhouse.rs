@@ -276,6 +276,12 @@ fn check_queries(engine: &Engine, served: usize) {
         .all(|w| w[0]["time_ms"].as_i64() >= w[1]["time_ms"].as_i64()));
     let r = &rows[0];
     assert_eq!(r["app"], "shop");
+    // Every row names the signing key its signature matched (migration 0005 on ClickHouse).
+    assert!(rows.iter().all(|r| r["key_id"] == "default"), "{r}");
+    let (st, by_key) = engine.admin_get("/admin/v1/stats?from=0&app=shop&by=key_id");
+    assert_eq!(st, 200, "{by_key}");
+    assert_eq!(by_key["breakdown"][0]["key"], "default", "{by_key}");
+    assert_eq!(by_key["breakdown"][0]["n"].as_u64(), Some(served as u64));
     assert_eq!(r["action"], "allow");
     assert!(r["reasons"].is_array() && r["degraded"].is_boolean(), "{r}");
     assert!(

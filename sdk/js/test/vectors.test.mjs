@@ -3,7 +3,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { canonical, canonicalQuery, newNonce, sign } from "../rampart-sign.mjs";
+import { canonical, canonicalQuery, headers, newNonce, sign } from "../rampart-sign.mjs";
 
 const vectors = JSON.parse(
   readFileSync(fileURLToPath(new URL("../../vectors.json", import.meta.url)), "utf8"),
@@ -38,4 +38,34 @@ test("nonces are valid and distinct", () => {
   const a = newNonce();
   assert.match(a, /^[A-Za-z0-9]{24}$/);
   assert.notEqual(a, newNonce());
+});
+
+test("every rotation vector signs byte for byte", async () => {
+  const { keys, vectors: rotation } = JSON.parse(
+    readFileSync(fileURLToPath(new URL("../../vectors.json", import.meta.url)), "utf8"),
+  ).rotation;
+  assert.ok(rotation.length >= 4);
+  const key = (id) => keys.find((k) => k.id === id);
+  for (const t of rotation) {
+    const h = await sign({
+      keys: t.sign_with.map(key),
+      app: t.app,
+      method: t.method,
+      path: t.path,
+      query: t.query,
+      body: t.body,
+      timestampMs: t.timestamp_ms,
+      nonce: t.nonce,
+    });
+    assert.equal(h.signature, t["x-signature"], t.name);
+    assert.equal(h.keyId ?? null, t["x-key-id"], t.name);
+    assert.equal("x-key-id" in headers(h), t.sign_with.length === 1, t.name);
+  }
+  // A secret with its id names the key too.
+  const one = await sign({ secret: "s", keyId: "k9", app: "a", method: "GET", path: "/" });
+  assert.equal(headers(one)["x-key-id"], "k9");
+  await assert.rejects(
+    sign({ keys: ["a", "b", "c", "d", "e"].map((id) => ({ id, secret: id })), app: "a", method: "GET", path: "/" }),
+    RangeError,
+  );
 });

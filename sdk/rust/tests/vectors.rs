@@ -38,3 +38,68 @@ fn nonces_are_valid_and_distinct() {
     assert_eq!(a.len(), 24);
     assert!(a.chars().all(|c| c.is_ascii_alphanumeric()));
 }
+
+/// The rotation vectors: one named key, or several keys' entries in order with none named.
+#[test]
+fn every_rotation_vector_signs_byte_for_byte() {
+    use rampart_sign::{sign_with_keys, Key};
+    let text = std::fs::read_to_string(format!(
+        "{}/../vectors.json",
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
+    ))
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let keys = v["rotation"]["keys"].as_array().unwrap();
+    let key = |id: &str| {
+        let k = keys.iter().find(|k| k["id"] == id).unwrap();
+        Key {
+            id: k["id"].as_str().unwrap(),
+            secret: k["secret"].as_str().unwrap().as_bytes(),
+        }
+    };
+    let vectors = v["rotation"]["vectors"].as_array().unwrap();
+    assert!(vectors.len() >= 4);
+    for t in vectors {
+        let s = |k: &str| t[k].as_str().unwrap();
+        let r = Request {
+            app: s("app"),
+            method: s("method"),
+            path: s("path"),
+            query: s("query"),
+            body: s("body").as_bytes(),
+            timestamp_ms: t["timestamp_ms"].as_i64().unwrap(),
+            nonce: s("nonce"),
+        };
+        let with: Vec<Key> = t["sign_with"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|id| key(id.as_str().unwrap()))
+            .collect();
+        let h = sign_with_keys(&with, &r);
+        assert_eq!(h.signature, s("x-signature"), "{}", s("name"));
+        assert_eq!(h.key_id.as_deref(), t["x-key-id"].as_str(), "{}", s("name"));
+        let names: Vec<&str> = h.pairs().iter().map(|(n, _)| *n).collect();
+        assert_eq!(names.contains(&"x-key-id"), with.len() == 1);
+    }
+}
+
+#[test]
+#[should_panic(expected = "sign with 1 to 4 keys")]
+fn five_keys_are_refused() {
+    use rampart_sign::{sign_with_keys, Key};
+    let k = Key {
+        id: "k",
+        secret: b"s",
+    };
+    let r = Request {
+        app: "a",
+        method: "GET",
+        path: "/",
+        query: "",
+        body: b"",
+        timestamp_ms: 1,
+        nonce: "abcdefghijklmnop",
+    };
+    sign_with_keys(&[k; 5], &r);
+}
