@@ -15,7 +15,7 @@ import { join, dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import net from "node:net";
 import { chromium } from "playwright-core";
-import { sign } from "../../sdk/js/rampart-sign.mjs";
+import { headers, sign } from "../../sdk/js/rampart-sign.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, "../..");
@@ -24,7 +24,7 @@ const BIN = process.env.RAMPART_BIN || join(targetDir, "release", "rampart");
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const SHOTS = process.env.SCREENSHOT_DIR || join(here, "screenshots");
 const SECRET = "e2e-secret-0123456789";
-const PASSWORDS = { alice: "alice-pass-1", bob: "bob-pass-2", vera: "vera-pass-3" };
+const PASSWORDS = { alice: "alice-pass-1", bob: "bob-pass-2", vera: "vera-pass-3", ada: "ada-pass-4" };
 
 let engine, base, browser, dir;
 const consoleErrors = [];
@@ -56,16 +56,16 @@ async function waitReady(url, ms = 30000) {
 }
 
 /** A signed `/v1/decide` for `path`, as the app's backend would send it. */
-async function decide(path, { user = "u-" + Math.floor(Math.random() * 1e6), country = "DE", device = "desktop", isp = "Telekom" } = {}) {
+async function decide(path, { user = "u-" + Math.floor(Math.random() * 1e6), country = "DE", device = "desktop", isp = "Telekom", signing = { secret: SECRET } } = {}) {
   const body = JSON.stringify({ sku: 1042, n: Math.random() });
-  const h = await sign({ secret: SECRET, app: "shop", method: "POST", path, body });
+  const h = await sign({ ...signing, app: "shop", method: "POST", path, body });
   const r = await fetch(base + "/v1/decide", {
     method: "POST",
     body: JSON.stringify({
       app: "shop",
       request: {
         method: "POST", path, body,
-        headers: { "x-timestamp": h.timestamp, "x-nonce": h.nonce, "x-signature": h.signature,
+        headers: { ...headers(h),
                    "user-agent": "Mozilla/5.0 (X11; Linux x86_64) Chrome/148.0", "content-type": "application/json" },
       },
       client: { ip: "198.51.100." + (1 + Math.floor(Math.random() * 200)), country, isp, device_type: device,
@@ -133,7 +133,7 @@ before(async () => {
   mkdirSync(SHOTS, { recursive: true });
   const port = await freePort();
   base = `http://127.0.0.1:${port}`;
-  const users = Object.entries({ alice: "author", bob: "approver", vera: "viewer" })
+  const users = Object.entries({ alice: "author", bob: "approver", vera: "viewer", ada: "admin" })
     .map(([name, role]) => `[[admin.users]]\nname = "${name}"\nrole = "${role}"\npassword_hash = "${hash(PASSWORDS[name])}"\n`)
     .join("\n");
   writeFileSync(join(dir, "rampart.toml"), `
@@ -413,6 +413,77 @@ test("keyboard only: log in, move between pages, use the editor", async () => {
   // Focus is visible.
   const outline = await page.evaluate(() => getComputedStyle(document.activeElement).outlineStyle);
   assert.notEqual(outline, "none");
+  await page.context().close();
+  assert.deepEqual(consoleErrors, []);
+});
+
+// Last: it retires the key every other test signs with.
+test("signing keys: an admin adds one, sees its secret once, and retires the old one", async () => {
+  const page = await newPage();
+  await login(page, "ada");
+  await go(page, "settings");
+  await page.waitForSelector("#keys-table tbody tr[data-key=default]");
+  assert.match(await page.textContent("#keys-table tr[data-key=default] .key-state"), /active/);
+
+  // Add k2: the generated secret is shown once, and signs at once.
+  await page.fill("#k-id", "k2");
+  await page.click("#k-add");
+  await page.waitForSelector("#new-key-secret-value");
+  const secret = (await page.textContent("#new-key-secret-value")).trim();
+  assert.match(secret, /^[0-9a-f]{64}$/);
+  await page.waitForSelector("#keys-table tbody tr[data-key=k2]");
+  await shot(page, "12-settings-keys-added");
+  const signed = await decide("/api/cart/add", { signing: { keys: [{ id: "k2", secret }] } });
+  assert.equal(signed.code, "OK", JSON.stringify(signed));
+  assert.equal(signed.key_id, "k2");
+  // A client mid-roll signs with both; the newer key is credited.
+  const roll = await decide("/api/cart/add", { signing: { keys: [{ id: "k2", secret }, { id: "default", secret: SECRET }] } });
+  assert.equal(roll.key_id, "k2");
+  // Never shown again: not after the notice is dismissed, not after a reload, not in the listing.
+  await page.click("#new-key-secret-done");
+  assert.equal(await page.$("#new-key-secret"), null);
+  await page.reload();
+  await page.waitForSelector("#keys-table tbody tr[data-key=k2]");
+  assert.ok(!(await page.textContent("body")).includes(secret), "the secret is not shown again");
+  assert.ok(!(await page.textContent("body")).includes(SECRET), "no configured secret either");
+  const listed = await admin("GET", "/admin/v1/apps/shop/keys", "ada");
+  assert.ok(!JSON.stringify(listed.body).includes(secret));
+  // Last use is shown (this instance's).
+  assert.equal(await page.textContent("#keys-table tr[data-key=k2] .key-uses"), "2");
+  assert.notEqual(await page.textContent("#keys-table tr[data-key=k2] .key-last-use"), "—");
+
+  // Retire the old key: two clicks; then it is refused, with the reason when it is named.
+  await page.click("#retire-default");
+  await shot(page, "13-settings-keys-retire");
+  await page.click("#retire-confirm-default");
+  await page.waitForSelector("#keys-retired");
+  assert.match(await page.textContent("#keys-retired"), /default/);
+  assert.match(await page.textContent("#keys-notice"), /retired on every instance/);
+  assert.equal(await page.$("#keys-table tbody tr[data-key=default]"), null);
+  const old = await decide("/api/cart/add", { signing: { secret: SECRET, keyId: "default" } });
+  assert.equal(old.code, "SIGNATURE_INVALID");
+  assert.match(old.reasons[0].message, /"default" \(named by x-key-id\) was retired/);
+  const audit = await admin("GET", "/admin/v1/audit?action=key", "ada");
+  assert.deepEqual(audit.body.entries.map((e) => e.action), ["key.retire", "key.add"]);
+  assert.ok(!JSON.stringify(audit.body).includes(secret));
+  await shot(page, "14-settings-keys-retired");
+
+  // The keys section fits a phone screen too.
+  await page.setViewportSize({ width: 390, height: 844 });
+  await new Promise((r) => setTimeout(r, 300));
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 1, `the settings page overflows the phone screen by ${overflow}px`);
+  await shot(page, "phone-settings-keys");
+
+  // Others see no key controls, and the server refuses them.
+  await page.click("#logout");
+  await loggedOut(page);
+  await login(page, "bob");
+  await go(page, "settings");
+  await page.waitForSelector("#keys-admin-only");
+  assert.equal(await page.$("#k-add"), null);
+  const refused = await admin("POST", "/admin/v1/apps/shop/keys", "bob", {});
+  assert.equal(refused.status, 403);
   await page.context().close();
   assert.deepEqual(consoleErrors, []);
 });

@@ -1,4 +1,5 @@
 pub mod decisions;
+pub mod keys;
 pub mod lists;
 pub mod login;
 pub mod overview;

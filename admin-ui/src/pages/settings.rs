@@ -1,5 +1,5 @@
-//! The running configuration (read-only: the configuration file owns it) and the log level
-//! (changeable by an admin at run time).
+//! The running configuration (read-only: the configuration file owns it), the apps' signing
+//! keys and the log level (both changeable by an admin at run time).
 
 use serde_json::{json, Value};
 use yew::prelude::*;
@@ -63,7 +63,7 @@ pub fn settings() -> Html {
     };
     html! {
         <div class="settings">
-            <p class="muted">{ "Read-only: these come from the configuration file and RAMPART_* environment variables. Secrets are never shown." }</p>
+            <p class="muted">{ "These come from the configuration file and RAMPART_* environment variables; admins can add and retire signing keys and change the log level at run time. Secrets are never shown (a generated key's secret once, when it is made)." }</p>
             <ErrorBox err={(*err).clone()} />
             <section aria-label="Apps">
                 <h2>{ "Apps and windows" }</h2>
@@ -82,6 +82,13 @@ pub fn settings() -> Html {
                     </table>
                 }
             </section>
+            if session.can("admin") {
+                if let Some(apps) = s["apps"].as_array().filter(|a| !a.is_empty()) {
+                    <crate::pages::keys::SigningKeys apps={apps.iter().map(|a| text(&a["id"])).collect::<Vec<_>>()} />
+                }
+            } else {
+                <p class="muted" id="keys-admin-only">{ "Signing keys are listed and changed by admins." }</p>
+            }
             <section aria-label="State">
                 <h2>{ "State and store policies" }</h2>
                 { kv_table("settings-state", &s["state"]) }
