@@ -1,7 +1,8 @@
 //! Where the control plane keeps its state: rule set versions, the rollout state (stable,
 //! candidate, history, lists), the audit log, the session key and revoked sessions.
 //!
-//! - [`FileStore`] (local state): files under `[admin] state_dir` — `versions/<version>.json`,
+//! - [`FileStore`] (local state): files under `[admin] state_dir`, which several instances on one
+//!   host may share (changes are serialised by a lock file, `control.lock`) — `versions/<version>.json`,
 //!   `state.json` (written owner-only to a temporary file, synced, then renamed; it holds the
 //!   secrets of signing keys added through the admin API), `audit.jsonl` (appended and
 //!   synced per entry), `session.key`, `revoked.json`.
@@ -58,11 +59,15 @@ fn valid_version_id(v: &str) -> bool {
     !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
-/// Local state in a directory.
+/// Local state in a directory. Several processes may share it (instances on one host, or on a
+/// file system with working advisory locks): every read-modify-write holds an exclusive lock on
+/// `<dir>/control.lock` as well as this process's own mutex.
 pub struct FileStore {
     dir: PathBuf,
     lock: Mutex<()>,
-    audit_seq: Mutex<Option<u64>>,
+    /// The last audit sequence number this process appended, and the log's length just after:
+    /// a different length means another process appended since, and the number is read again.
+    audit_seq: Mutex<Option<(u64, u64)>>,
     /// `state.json`'s identity (inode, length, modification time) and generation when last read:
     /// every save renames a new file into place, so an unchanged identity means an unchanged
     /// generation, and polling does not parse the document (lists included) twice a second.
@@ -115,8 +120,18 @@ impl FileStore {
         .map_err(|e| err(format!("{}: {e}", path.display())))
     }
 
-    fn guard(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.lock.lock().unwrap_or_else(|e| e.into_inner())
+    /// This process's mutex, then the directory's lock file (released when the guard drops).
+    fn guard(&self) -> Result<(std::sync::MutexGuard<'_, ()>, std::fs::File), StoreError> {
+        let g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let path = self.dir.join("control.lock");
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.lock().map(|()| f))
+            .map_err(|e| err(format!("{}: {e}", path.display())))?;
+        Ok((g, f))
     }
 }
 
@@ -146,7 +161,7 @@ impl ControlStore for FileStore {
     }
 
     fn save(&self, next: &ControlState) -> Result<bool, StoreError> {
-        let _g = self.guard();
+        let _g = self.guard()?;
         if self.load()?.generation + 1 != next.generation {
             return Ok(false);
         }
@@ -192,12 +207,13 @@ impl ControlStore for FileStore {
     }
 
     fn append_audit(&self, e: &mut AuditEntry) -> Result<(), StoreError> {
-        let _g = self.guard();
+        let _g = self.guard()?;
         let path = self.dir.join("audit.jsonl");
+        let len = || std::fs::metadata(&path).map_or(0, |m| m.len());
         let mut seq = self.audit_seq.lock().unwrap_or_else(|e| e.into_inner());
         let next = match *seq {
-            Some(s) => s + 1,
-            None => self.audit()?.last().map_or(1, |l| l.seq + 1),
+            Some((s, at)) if at == len() => s + 1,
+            _ => self.audit()?.last().map_or(1, |l| l.seq + 1),
         };
         e.seq = next;
         let mut line = serde_json::to_vec(e).map_err(err)?;
@@ -211,7 +227,7 @@ impl ControlStore for FileStore {
             f.sync_data()
         })()
         .map_err(|e| err(format!("{}: {e}", path.display())))?;
-        *seq = Some(next);
+        *seq = Some((next, len()));
         Ok(())
     }
 
@@ -230,7 +246,7 @@ impl ControlStore for FileStore {
     }
 
     fn session_key(&self) -> Result<Vec<u8>, StoreError> {
-        let _g = self.guard();
+        let _g = self.guard()?;
         let path = self.dir.join("session.key");
         match std::fs::read(&path) {
             Ok(k) if k.len() >= 32 => return Ok(k),
@@ -245,7 +261,7 @@ impl ControlStore for FileStore {
     }
 
     fn revoke(&self, session: &str, until_ms: i64) -> Result<(), StoreError> {
-        let _g = self.guard();
+        let _g = self.guard()?;
         let path = self.dir.join("revoked.json");
         let mut r: Vec<(String, i64)> = self.read_json(&path)?.unwrap_or_default();
         let now = crate::clock::now_ms();
@@ -452,5 +468,61 @@ impl ControlStore for RedisStore {
 
     fn is_revoked(&self, session: &str, _now_ms: i64) -> Result<bool, StoreError> {
         Ok(self.get(self.key(&format!("revoked:{session}")))?.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two stores on one directory stand for two processes: the lock file is locked per open
+    /// file, so they exclude each other as two processes would.
+    #[test]
+    fn two_processes_sharing_a_directory_never_overwrite_each_other() {
+        let dir = std::env::temp_dir().join(format!("rampart-filestore-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (a, b) = (
+            FileStore::open(&dir).unwrap(),
+            FileStore::open(&dir).unwrap(),
+        );
+        // Compare-and-set: of two changes derived from the same generation, one is saved.
+        let base = a.load().unwrap();
+        let mut next = base.clone();
+        next.generation = base.generation + 1;
+        next.lists_version = 1;
+        let saved = std::thread::scope(|s| {
+            let one = s.spawn(|| a.save(&next).unwrap());
+            let two = s.spawn(|| b.save(&next).unwrap());
+            [one.join().unwrap(), two.join().unwrap()]
+        });
+        assert_eq!(saved.iter().filter(|x| **x).count(), 1, "{saved:?}");
+        assert_eq!(b.generation().unwrap(), 1);
+        // Audit entries appended by both get distinct, gapless sequence numbers.
+        let entry = || AuditEntry {
+            seq: 0,
+            time_ms: 1,
+            actor: "t".into(),
+            role: crate::auth::Role::Admin,
+            via: "system".into(),
+            action: "test".into(),
+            target: String::new(),
+            before: None,
+            after: None,
+            detail: serde_json::Value::Null,
+        };
+        std::thread::scope(|s| {
+            for st in [&a, &b] {
+                s.spawn(move || {
+                    for _ in 0..50 {
+                        st.append_audit(&mut entry()).unwrap();
+                    }
+                });
+            }
+        });
+        let seqs: Vec<u64> = a.audit().unwrap().iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (1..=100).collect::<Vec<_>>());
+        // One session key for both.
+        assert_eq!(a.session_key().unwrap(), b.session_key().unwrap());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
