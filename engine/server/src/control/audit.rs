@@ -15,8 +15,8 @@ pub struct AuditEntry {
     pub role: Role,
     pub via: String,
     /// e.g. `ruleset.upload`, `rollout.stage`, `rollout.approve`, `rollout.rollback`,
-    /// `rollout.auto-rollback`, `ruleset.activate`, `list.add`, `list.remove`, `login`,
-    /// `logout`, `settings.log-level`.
+    /// `rollout.auto-rollback`, `ruleset.activate`, `list.add`, `list.remove`, `key.add`,
+    /// `key.approve`, `key.retire`, `login`, `logout`, `settings.log-level`.
     pub action: String,
     pub target: String,
     /// Hash of what the action replaced (e.g. the stable version before), if any.

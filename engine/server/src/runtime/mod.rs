@@ -337,7 +337,7 @@ impl Runtime {
             },
         };
         if let Err(e) = imported {
-            tracing::warn!(error = %e.message, code = e.code, "cannot record the rule set in the control store yet; running the configured set");
+            tracing::warn!(error = %e.message, code = e.code, "cannot record the rule set in the control store yet; running the configured set and signing keys");
         }
     }
 
