@@ -75,6 +75,27 @@ impl JudgedRequest {
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
+
+    /// [`JudgedRequest::header`] of each of `names` (given in lower case), in one pass over the
+    /// headers instead of a hash per name (and a scan per name that is absent): an exact match
+    /// wins, else the first case-insensitive one.
+    pub fn headers_of<const N: usize>(&self, names: [&str; N]) -> [Option<&str>; N] {
+        let mut exact = [None; N];
+        let mut folded = [None; N];
+        for (k, v) in &self.headers {
+            for (i, name) in names.iter().enumerate() {
+                if k.len() != name.len() {
+                    continue;
+                }
+                if k == name {
+                    exact[i] = Some(v.as_str());
+                } else if folded[i].is_none() && k.eq_ignore_ascii_case(name) {
+                    folded[i] = Some(v.as_str());
+                }
+            }
+        }
+        std::array::from_fn(|i| exact[i].or(folded[i]))
+    }
 }
 
 /// What the caller knows about the client.
@@ -425,6 +446,51 @@ impl Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `headers_of` answers what `header` answers for each name: exact names, names in another
+    /// case, both spellings of one name (the exact one wins), absent names, no headers.
+    #[test]
+    fn headers_of_reads_as_header_does() {
+        let names = ["x-timestamp", "x-nonce", "x-signature", "x-key-id"];
+        let cases: [&[(&str, &str)]; 5] = [
+            &[("x-timestamp", "1"), ("x-nonce", "n"), ("x-signature", "s")],
+            &[
+                ("X-Timestamp", "1"),
+                ("x-NONCE", "n"),
+                ("X-Key-Id", "k"),
+                ("other", "o"),
+            ],
+            &[
+                ("x-key-id", "exact"),
+                ("X-KEY-ID", "folded"),
+                ("x-nonce", "n"),
+            ],
+            &[
+                ("X-KEY-ID", "a"),
+                ("X-Key-Id", "b"),
+                ("x-key-i", "c"),
+                ("x-key-idd", "d"),
+            ],
+            &[],
+        ];
+        for h in cases {
+            let r = JudgedRequest {
+                headers: h
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ..Default::default()
+            };
+            assert_eq!(r.headers_of(names), names.map(|n| r.header(n)), "{h:?}");
+        }
+        let both = JudgedRequest {
+            headers: [("X-KEY-ID", "folded"), ("x-key-id", "exact")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .into(),
+            ..Default::default()
+        };
+        assert_eq!(both.headers_of(["x-key-id"]), [Some("exact")]);
+    }
 
     /// `user_id` reads as the untagged enum it replaced did: strings as they are, numbers in
     /// `serde_json::Number`'s spelling, null and absence as none, anything else refused.

@@ -26,11 +26,9 @@ impl Engine {
     ) -> ControlFlow<Verdict, (&'r str, &'r str, Arc<str>)> {
         let app = ctx.app;
         let r = &ctx.request.request;
-        let (ts_raw, nonce, sig) = match (
-            r.header("x-timestamp"),
-            r.header("x-nonce"),
-            r.header("x-signature"),
-        ) {
+        let [ts, n, s, key_id] =
+            r.headers_of(["x-timestamp", "x-nonce", "x-signature", "x-key-id"]);
+        let (ts_raw, nonce, sig) = match (ts, n, s) {
             (Some(t), Some(n), Some(s)) => (t, n, s),
             (t, n, s) => {
                 let missing: Vec<&str> = [("x-timestamp", t), ("x-nonce", n), ("x-signature", s)]
@@ -62,8 +60,7 @@ impl Engine {
             body_sha256: body_hash,
         };
         // An empty `x-key-id` names no key (a proxy may pass the header through empty).
-        let key_id = r
-            .header("x-key-id")
+        let key_id = key_id
             .map(|k| k.trim_matches(' '))
             .filter(|k| !k.is_empty());
         let keys = app.keys.load();

@@ -126,6 +126,7 @@ impl Signer {
     }
 
     /// The MAC of a canonical string already built, for constant-time comparison.
+    #[inline]
     pub(crate) fn mac_of(&self, canonical: &[u8]) -> hmac::digest::CtOutput<HmacSha256> {
         let mut mac = self.mac.clone();
         mac.update(canonical);

@@ -341,6 +341,7 @@ impl Keyring {
 
 /// Whether `mac` equals one of the `given` MACs. Every comparison is constant-time and every
 /// entry is compared (no early exit), so the time says nothing about which entry matched.
+#[inline]
 fn matches_any(mac: &hmac::digest::CtOutput<HmacSha256>, given: &[[u8; 32]]) -> bool {
     let mut hit = false;
     for g in given {
@@ -350,25 +351,34 @@ fn matches_any(mac: &hmac::digest::CtOutput<HmacSha256>, given: &[[u8; 32]]) -> 
 }
 
 /// Reads up to [`MAX_ENTRIES`] comma-separated `v1=<64 hex>` entries (spaces around an entry are
-/// allowed) into `out`; returns how many.
+/// allowed) into `out`; returns how many. More entries are refused before any is decoded.
+#[inline]
 fn parse_entries(header: &str, out: &mut [[u8; 32]; MAX_ENTRIES]) -> Result<usize, VerifyError> {
+    // The common case, one entry: one scan for a comma, no splitting.
+    if !header.contains(',') {
+        decode_entry(header, &mut out[0])?;
+        return Ok(1);
+    }
     let count = header.bytes().filter(|b| *b == b',').count() + 1;
     if count > MAX_ENTRIES {
         return Err(VerifyError::TooManyEntries(count));
     }
-    let mut n = 0;
-    for entry in header.split(',') {
-        let hex_part = entry
-            .trim_matches(' ')
-            .strip_prefix(SIGNATURE_PREFIX)
-            .ok_or(VerifyError::Malformed)?;
-        if hex_part.len() != 64 {
-            return Err(VerifyError::Malformed);
-        }
-        hex::decode_to_slice(hex_part, &mut out[n]).map_err(|_| VerifyError::Malformed)?;
-        n += 1;
+    for (entry, slot) in header.split(',').zip(out.iter_mut()) {
+        decode_entry(entry, slot)?;
     }
-    Ok(n)
+    Ok(count)
+}
+
+#[inline]
+fn decode_entry(entry: &str, out: &mut [u8; 32]) -> Result<(), VerifyError> {
+    let hex_part = entry
+        .trim_matches(' ')
+        .strip_prefix(SIGNATURE_PREFIX)
+        .ok_or(VerifyError::Malformed)?;
+    if hex_part.len() != 64 {
+        return Err(VerifyError::Malformed);
+    }
+    hex::decode_to_slice(hex_part, out).map_err(|_| VerifyError::Malformed)
 }
 
 #[cfg(test)]
