@@ -79,7 +79,10 @@ pub struct Metrics {
 /// so a decision pays one relaxed atomic add and no label lookup. A key stays listed after it is
 /// retired (its counter stops), so the series never goes backwards.
 #[derive(Debug, Default)]
-struct KeyUses(Mutex<Vec<(String, Arc<str>, Arc<KeyUse>)>>);
+struct KeyUses(Mutex<Vec<KeyUseSeries>>);
+
+/// One series of [`KeyUses`]: the app, the key id and the key's use counter.
+type KeyUseSeries = (String, Arc<str>, Arc<KeyUse>);
 
 impl Collector for KeyUsesCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
