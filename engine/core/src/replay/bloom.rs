@@ -23,6 +23,13 @@
 //! it, so exactly one of them sees "new". (Setting k bits with k independent atomic ORs lets two
 //! racers both see a newly set bit and both pass.) Distinct keys in different blocks never contend.
 //!
+//! **Recycling never races a probe.** A slot is reused for a newer slice only under each of its
+//! blocks' lock bits: a check-and-insert of the old slice that holds a block's lock (it may have
+//! stalled there, descheduled, for any length of time) finishes its write before the block is
+//! cleared, and a request of the new slice takes the lock after the clearing. A probe that stalls
+//! across the recycle answers "out of range" (its slot changed under it); it can never write stale
+//! words back over bits of the new slice.
+//!
 //! **Sectorised probes.** The k probe bits are spread evenly over the block's eight 64-bit words
 //! (k/8 bits per word, k ∈ {8, 16}), each position taken straight from the hash: no loop, no
 //! rejection, the eight masks are built branch-free. Within a 512-bit block this costs almost nothing
@@ -425,9 +432,17 @@ impl SlicedBloom {
         }
         slot.slice.store(NO_SLICE, Ordering::Release);
         for b in self.blocks_of(idx) {
-            for w in &b.0 {
+            // Each block is cleared under its own lock bit: a probe of the old slice that is
+            // inside its check-and-insert (lock held, words read) finishes writing first, and its
+            // write lands in the old slice, before the clearing. Without the lock, a probe that
+            // stalled across the recycle would write its stale words back over bits a request of
+            // the new slice had set meanwhile, and a replay of that request would pass.
+            Self::lock(b);
+            for w in &b.0[..7] {
                 w.store(0, Ordering::Relaxed);
             }
+            // Release: the cleared words are published with the unlock.
+            b.0[7].store(0, Ordering::Release);
         }
         slot.slice.store(slice, Ordering::Release);
         true
@@ -546,12 +561,13 @@ impl SlicedBloom {
         }
     }
 
-    /// Takes the block's lock bit, checks and sets the masks, releases. Returns "all bits were set".
+    /// Takes the block's lock bit (spinning, then yielding, while another thread holds it).
+    /// Returns the last word as it was, lock bit clear.
     #[inline]
-    fn lock_check_set(block: &Block, masks: &[u64; 8]) -> bool {
+    fn lock(block: &Block) -> u64 {
         let last = &block.0[7];
         let mut spins = 0u32;
-        let mut old_last = loop {
+        loop {
             let prev = last.fetch_or(LOCK, Ordering::Acquire);
             if prev & LOCK == 0 {
                 break prev;
@@ -567,7 +583,16 @@ impl SlicedBloom {
                     break;
                 }
             }
-        };
+        }
+    }
+
+    /// Takes the block's lock bit, checks and sets the masks, releases. Returns "all bits were set".
+    #[inline]
+    fn lock_check_set(block: &Block, masks: &[u64; 8]) -> bool {
+        let last = &block.0[7];
+        let mut old_last = Self::lock(block);
+        #[cfg(test)]
+        tests::stall_point();
         let mut seen = old_last & masks[7] == masks[7];
         for (word, &m) in block.0.iter().zip(masks.iter()).take(7) {
             if m == 0 {

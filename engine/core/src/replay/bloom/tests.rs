@@ -175,3 +175,85 @@ fn stale_timestamps_are_out_of_range_not_new() {
     f.maintain(later);
     assert_eq!(f.check_and_insert(h, 10_000, later), Probe::OutOfRange);
 }
+
+thread_local! {
+    /// A test's hook run by `lock_check_set` right after it takes a block's lock (this thread only).
+    static STALL: std::cell::RefCell<Option<Box<dyn FnOnce()>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs (once) the hook this thread installed, while it holds a block's lock.
+pub(super) fn stall_point() {
+    if let Some(f) = STALL.with(|s| s.borrow_mut().take()) {
+        f();
+    }
+}
+
+#[test]
+fn a_probe_stalled_across_a_recycle_never_erases_the_new_slice() {
+    use std::sync::mpsc;
+    use std::sync::Arc;
+    use std::time::Duration;
+    let w = 1000;
+    let c = cfg(1_000, w, 1e-6);
+    let f = Arc::new(SlicedBloom::new(c, 11));
+    let slots = c.slots() as i64;
+    let s = c.slice_ms;
+    // An old timestamp and a much later one whose slice reuses the same slot.
+    let ts_old = 100_000 - 100_000 % s;
+    let ts_new = ts_old + slots * s * 20;
+    let now_old = ts_old;
+    let now_new = ts_new;
+    assert_eq!(
+        f.slot_index(f.slice_of(ts_old)),
+        f.slot_index(f.slice_of(ts_new))
+    );
+    // Two keys in the same block.
+    let k_old = f.hash(0, b"old-nonce-0000000");
+    let block = f.locate(k_old).0;
+    let k_new = (0u64..)
+        .map(|i| f.hash(0, format!("new-nonce-{i:08}").as_bytes()))
+        .find(|h| f.locate(*h).0 == block)
+        .unwrap();
+    f.maintain(now_old);
+
+    // A: a probe of the old slice that stalls while it holds the block's lock.
+    let (locked_tx, locked_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let fa = f.clone();
+    let a = std::thread::spawn(move || {
+        STALL.with(|st| {
+            *st.borrow_mut() = Some(Box::new(move || {
+                locked_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+            }))
+        });
+        fa.check_and_insert(k_old, ts_old, now_old)
+    });
+    locked_rx.recv().unwrap();
+    // B recycles the slot for the new slice; C inserts a new-slice key into the same block.
+    let (done_tx, done_rx) = mpsc::channel::<&'static str>();
+    let (fb, tb) = (f.clone(), done_tx.clone());
+    let b = std::thread::spawn(move || {
+        fb.maintain(now_new);
+        tb.send("recycled").unwrap();
+    });
+    let (fc, tc) = (f.clone(), done_tx);
+    let cthr = std::thread::spawn(move || {
+        let p = fc.check_and_insert(k_new, ts_new, now_new);
+        tc.send("inserted").unwrap();
+        p
+    });
+    // Whatever B and C managed to do while A stalls (with the fix: nothing, they wait for A's
+    // lock; without it: both finish), A resumes and writes its block back.
+    let _ = done_rx.recv_timeout(Duration::from_millis(300));
+    let _ = done_rx.recv_timeout(Duration::from_millis(300));
+    go_tx.send(()).unwrap();
+    let pa = a.join().unwrap();
+    b.join().unwrap();
+    let pc = cthr.join().unwrap();
+    assert_eq!(pc, Probe::New, "the new-slice key is inserted once");
+    assert_ne!(pa, Probe::New, "the stalled old-slice probe may fail, never pass as new");
+    // The new key's bits survived A's write-back: its replay is seen.
+    assert!(f.contains(k_new, ts_new), "a stalled probe erased a bit of the new slice");
+    assert_eq!(f.check_and_insert(k_new, ts_new, now_new), Probe::Seen);
+}
