@@ -26,7 +26,28 @@ pub enum ForwardError {
     NoApp,
     #[error("the original URI must be an absolute path")]
     NotAbsolute,
+    #[error("the header {0} appears more than once")]
+    DuplicateHeader(&'static str),
 }
+
+impl ForwardError {
+    /// The stable code of the API error this is answered with.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ForwardError::NoApp | ForwardError::NotAbsolute => "INVALID_FIELD",
+            ForwardError::DuplicateHeader(_) => "DUPLICATE_HEADER",
+        }
+    }
+}
+
+/// Headers a check request may carry once only: the app, and the anti-replay headers.
+const SINGLE_HEADERS: [&str; 5] = [
+    "x-app",
+    "x-timestamp",
+    "x-nonce",
+    "x-signature",
+    "x-content-sha256",
+];
 
 impl CheckRequest<'_> {
     /// The first non-empty value of `name` (trimmed).
@@ -45,6 +66,16 @@ impl CheckRequest<'_> {
     /// `X-Device-Type`; every header for the signature and the rules. Proxies do not forward the
     /// body: the client's declared `X-Content-SHA256` stands for it.
     pub fn to_decide(&self) -> Result<DecideRequest, ForwardError> {
+        for name in SINGLE_HEADERS {
+            let n = self
+                .headers
+                .iter()
+                .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+                .count();
+            if n > 1 {
+                return Err(ForwardError::DuplicateHeader(name));
+            }
+        }
         let app = self.header("x-app").ok_or(ForwardError::NoApp)?;
         let method = self
             .header("x-original-method")

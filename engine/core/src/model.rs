@@ -64,7 +64,33 @@ impl Default for JudgedRequest {
     }
 }
 
+/// The headers the anti-replay steps read. A request carrying one of them twice (names differing
+/// only in case, or a header repeated through a proxy) is refused: which copy would be read must
+/// never depend on a map's order.
+pub const ANTI_REPLAY_HEADERS: [&str; 4] =
+    ["x-timestamp", "x-nonce", "x-signature", "x-content-sha256"];
+
 impl JudgedRequest {
+    /// The first anti-replay header ([`ANTI_REPLAY_HEADERS`]) present under more than one name.
+    pub fn duplicate_anti_replay_header(&self) -> Option<&'static str> {
+        let mut seen = [false; ANTI_REPLAY_HEADERS.len()];
+        for k in self.headers.keys() {
+            // Only names of the right lengths can match: most headers cost one comparison.
+            if !matches!(k.len(), 7 | 11 | 16) {
+                continue;
+            }
+            for (i, name) in ANTI_REPLAY_HEADERS.iter().enumerate() {
+                if k.eq_ignore_ascii_case(name) {
+                    if seen[i] {
+                        return Some(name);
+                    }
+                    seen[i] = true;
+                }
+            }
+        }
+        None
+    }
+
     /// Case-insensitive header lookup.
     pub fn header(&self, name: &str) -> Option<&str> {
         if let Some(v) = self.headers.get(name) {

@@ -965,3 +965,42 @@ async fn local_log_holds_the_recorded_request_as_an_object_and_reads_the_older_s
     let text = row["request"].as_str().expect("a string in the file");
     assert!(text.contains(&deep_text), "{text}");
 }
+
+/// The same anti-replay header twice, differing only in case (or repeated through a proxy), is
+/// refused with `400 DUPLICATE_HEADER` before anything is judged: which copy "wins" must never
+/// depend on a map's order.
+#[actix_web::test]
+async fn duplicate_anti_replay_headers_are_refused_with_a_4xx() {
+    let rt = runtime("dup-headers", "[rules]\ndefaults = false\n");
+    let app = app!(rt);
+    let now = rampart::clock::now_ms();
+    for name in ["x-nonce", "x-timestamp", "x-signature"] {
+        let mut r = signed("dup-header-nonce-0001", now, "{}");
+        let upper: String = name
+            .split('-')
+            .map(|p| p[..1].to_ascii_uppercase() + &p[1..])
+            .collect::<Vec<_>>()
+            .join("-");
+        let copy = r["request"]["headers"][name].clone();
+        r["request"]["headers"][upper.as_str()] = copy;
+        let (s, d) = post(&app, "/v1/decide", r.to_string()).await;
+        assert_eq!(s, 400, "{name}: {d}");
+        assert_eq!(d["error"]["code"], "DUPLICATE_HEADER", "{name}: {d}");
+    }
+    // The genuine request (one copy of each) is untouched by the refusals: its nonce is fresh.
+    let (s, d) = post(
+        &app,
+        "/v1/decide",
+        signed("dup-header-nonce-0001", now, "{}").to_string(),
+    )
+    .await;
+    assert_eq!((s, d["code"].as_str()), (200, Some("OK")), "{d}");
+
+    // Through forward-auth: a header repeated (HTTP names are case-insensitive).
+    let r = authz_call("dup-header-nonce-0002", "/api/pay", None)
+        .append_header(("X-Nonce", "another-nonce-000001"))
+        .to_request();
+    let r = test::call_service(&app, r).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(hdr(r.headers(), "x-rampart-code"), "DUPLICATE_HEADER");
+}

@@ -39,6 +39,8 @@ pub enum RequestError {
     UnknownApp(String),
     #[error("{0}")]
     InvalidField(String),
+    #[error("the anti-replay header {0} appears more than once (names differing only in case count as one)")]
+    DuplicateHeader(&'static str),
 }
 
 impl RequestError {
@@ -46,12 +48,13 @@ impl RequestError {
         match self {
             RequestError::UnknownApp(_) => "UNKNOWN_APP",
             RequestError::InvalidField(_) => "INVALID_FIELD",
+            RequestError::DuplicateHeader(_) => "DUPLICATE_HEADER",
         }
     }
     pub fn status(&self) -> u16 {
         match self {
             RequestError::UnknownApp(_) => 404,
-            RequestError::InvalidField(_) => 400,
+            RequestError::InvalidField(_) | RequestError::DuplicateHeader(_) => 400,
         }
     }
 }
@@ -276,6 +279,9 @@ impl Engine {
         let r = &req.request;
 
         // Validate the parts of the call that are the caller's responsibility.
+        if let Some(name) = r.duplicate_anti_replay_header() {
+            return Err(RequestError::DuplicateHeader(name));
+        }
         let body_hash: std::borrow::Cow<'_, str> = match (&r.body, &r.body_sha256) {
             (Some(body), given) => {
                 let h = body_sha256_hex(body.as_bytes());

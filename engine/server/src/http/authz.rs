@@ -24,7 +24,7 @@ pub(super) fn authz_request(req: &HttpRequest) -> Result<DecideRequest, ApiError
         peer_ip: peer.as_deref(),
     }
     .to_decide()
-    .map_err(|e| ApiError::new(400, "INVALID_FIELD", e.to_string()))
+    .map_err(|e| ApiError::new(400, e.code(), e.to_string()))
 }
 
 /// `GET|POST /v1/authz`: forward-auth. 200 to allow; else the decision's status, with the

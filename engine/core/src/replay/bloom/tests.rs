@@ -252,8 +252,15 @@ fn a_probe_stalled_across_a_recycle_never_erases_the_new_slice() {
     b.join().unwrap();
     let pc = cthr.join().unwrap();
     assert_eq!(pc, Probe::New, "the new-slice key is inserted once");
-    assert_ne!(pa, Probe::New, "the stalled old-slice probe may fail, never pass as new");
+    assert_ne!(
+        pa,
+        Probe::New,
+        "the stalled old-slice probe may fail, never pass as new"
+    );
     // The new key's bits survived A's write-back: its replay is seen.
-    assert!(f.contains(k_new, ts_new), "a stalled probe erased a bit of the new slice");
+    assert!(
+        f.contains(k_new, ts_new),
+        "a stalled probe erased a bit of the new slice"
+    );
     assert_eq!(f.check_and_insert(k_new, ts_new, now_new), Probe::Seen);
 }
