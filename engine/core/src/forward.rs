@@ -128,6 +128,7 @@ impl CheckRequest<'_> {
                 body_sha256: owned("x-content-sha256"),
                 headers,
                 body: None,
+                raw_path: None,
             },
             user_id: owned("x-user-id"),
             ..Default::default()

@@ -9,6 +9,7 @@ pub mod engine;
 pub mod forward;
 pub mod lifecycle;
 pub mod model;
+pub mod path;
 pub mod policy;
 pub mod redact;
 pub mod replay;

@@ -42,6 +42,11 @@ pub struct JudgedRequest {
     /// Lower-case hex SHA-256 of the body, for callers that do not forward the body.
     #[serde(default)]
     pub body_sha256: Option<String>,
+    /// The path as the client sent it, when the engine normalised `path` ([`crate::path`]): the
+    /// signature covers this one. Set by the engine, never read from the caller.
+    #[serde(skip)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub raw_path: Option<String>,
 }
 
 fn default_method() -> String {
@@ -60,6 +65,7 @@ impl Default for JudgedRequest {
             headers: HashMap::new(),
             body: None,
             body_sha256: None,
+            raw_path: None,
         }
     }
 }
@@ -71,6 +77,33 @@ pub const ANTI_REPLAY_HEADERS: [&str; 4] =
     ["x-timestamp", "x-nonce", "x-signature", "x-content-sha256"];
 
 impl JudgedRequest {
+    /// Checks the method and query and puts the path in its normal form ([`crate::path`]), keeping
+    /// the path as sent in `raw_path` for the signature when it changes.
+    pub fn normalize(&mut self) -> Result<(), crate::path::PathError> {
+        crate::path::check_method(&self.method)?;
+        crate::path::check_query(&self.query)?;
+        if let std::borrow::Cow::Owned(p) = crate::path::normalize_path(&self.path)? {
+            let raw = std::mem::replace(&mut self.path, p);
+            self.raw_path.get_or_insert(raw);
+        }
+        Ok(())
+    }
+
+    /// Whether [`JudgedRequest::normalize`] would change nothing (and refuse nothing).
+    pub fn is_normalized(&self) -> bool {
+        crate::path::check_method(&self.method).is_ok()
+            && crate::path::check_query(&self.query).is_ok()
+            && matches!(
+                crate::path::normalize_path(&self.path),
+                Ok(std::borrow::Cow::Borrowed(_))
+            )
+    }
+
+    /// The path the signature covers: as the client sent it.
+    pub fn signed_path(&self) -> &str {
+        self.raw_path.as_deref().unwrap_or(&self.path)
+    }
+
     /// The first anti-replay header ([`ANTI_REPLAY_HEADERS`]) present under more than one name.
     pub fn duplicate_anti_replay_header(&self) -> Option<&'static str> {
         let mut seen = [false; ANTI_REPLAY_HEADERS.len()];

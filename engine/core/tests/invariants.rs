@@ -712,3 +712,123 @@ proptest! {
         }
     }
 }
+
+/// Each spelling of one route (`/api//pay`, `/api/pay/`, `/api/%70ay`, `/api/x/../pay`), signed as
+/// sent, is judged as that route: its window, its dedup and the rules scoped to it apply. A line
+/// break in the method, path or query (which would make the canonical string ambiguous) is refused.
+#[test]
+fn every_spelling_of_a_route_gets_that_routes_window_dedup_and_rules() {
+    use rampart_core::rules::{RuleSet, RuleSettings, RuleState, Source};
+    let narrow = 50;
+    let dedup = DedupPolicy {
+        window_ms: 10_000,
+        methods: vec!["POST".into()],
+        volatile_fields: vec![],
+    };
+    let routes = vec![route("/api/pay", Some(narrow), dedup)];
+    let forms = [
+        "/api//pay",
+        "/api/pay/",
+        "/api/%70ay",
+        "/api/x/../pay",
+        "//api/./pay",
+    ];
+    for mode in [Mode::Bloom, Mode::Exact] {
+        let e = engine_full(
+            nonce_store(mode),
+            1_000_000,
+            routes.clone(),
+            FailPolicy::Deny,
+        );
+        let now = 9_000_000;
+        for (i, p) in forms.iter().enumerate() {
+            // The route's narrow window, not the app's W.
+            let r = request_to("GET", p, &format!("form-skew-{i:08}"), now - narrow - 1, "");
+            assert_eq!(code(&e, &r, now), Code::TimestampSkew, "{mode:?} {p}");
+            let r = request_to("GET", p, &format!("form-fresh-{i:08}"), now, "");
+            assert_eq!(code(&e, &r, now), Code::Ok, "{mode:?} {p}");
+        }
+        // The route's dedup: a submission to /api/pay, retried through every other spelling.
+        let first = submission(
+            "POST",
+            "/api/pay",
+            "form-dedup-first0",
+            now,
+            json!({"o": 7}),
+        );
+        assert_eq!(code(&e, &first, now), Code::Ok, "{mode:?}");
+        for (i, p) in forms.iter().enumerate() {
+            let retry = submission(
+                "POST",
+                p,
+                &format!("form-dedup-{i:08}"),
+                now,
+                json!({"o": 7}),
+            );
+            assert_eq!(
+                code(&e, &retry, now),
+                Code::DuplicateSubmission,
+                "{mode:?} {p}"
+            );
+        }
+    }
+
+    // A rule scoped to /api/pay (metadata `routes:`) sees every spelling, and reads the normal path.
+    let rules = [Source {
+        path: "gateway/pay-only.rhai".into(),
+        text: "//! name: pay-only\n//! priority: 10\n//! owner: test\n//! description: the pay route\n\
+               //! routes: /api/pay\ndeny(\"pay route \" + req.path)\n"
+            .into(),
+    }];
+    let set = RuleSet::compile(&rules, RuleSettings::default(), &RuleState::local(100)).unwrap();
+    let e = Engine::new(
+        EngineSettings {
+            apps: vec![AppPolicy::new("shop", SECRET, W)],
+            routes: vec![],
+            default_dedup: DedupPolicy::default(),
+            on_store_error: rampart_core::StorePolicies::all(FailPolicy::Deny),
+            challenge_status: 401,
+        },
+        nonce_store(Mode::Exact),
+        Arc::new(LocalFingerprintStore::new(1000)),
+        Arc::new(LiveRules::new(set)),
+    );
+    let now = 9_500_000;
+    for (i, p) in forms.iter().chain(["/api/pay"].iter()).enumerate() {
+        let v = e
+            .decide(
+                &request_to("GET", p, &format!("form-rule-{i:08}"), now, ""),
+                now,
+            )
+            .unwrap();
+        assert_eq!(
+            (v.code, v.rule.as_deref(), v.reasons[0].message.as_str()),
+            (Code::RuleDeny, Some("pay-only"), "pay route /api/pay"),
+            "{p}"
+        );
+    }
+    let other = request_to("GET", "/api/payx", "form-rule-other-1", now, "");
+    assert_eq!(code(&e, &other, now), Code::Ok);
+
+    // Line breaks, an encoded separator: refused at the edge (rule "path"), never signed over.
+    for (m, p, q) in [
+        ("GET\n/x", "/api/pay", "a=1"),
+        ("GET", "/api/pay\nx", "a=1"),
+        ("GET", "/api/pay", "a=1\nb=2"),
+        ("GET", "/api%2Fpay", "a=1"),
+    ] {
+        let mut r = request_to("GET", "/api/pay", "form-newline-0001", now, "");
+        r.request.method = m.into();
+        r.request.path = p.into();
+        r.request.query = q.into();
+        let v = e.decide(&r, now).unwrap();
+        assert_eq!(
+            (v.code, v.status, v.tier, v.rule.as_deref()),
+            (Code::RuleDeny, 403, Some("edge"), Some("path")),
+            "{m:?} {p:?} {q:?}"
+        );
+    }
+    // The refusals consumed nothing: the nonce is still fresh.
+    let r = request_to("GET", "/api/other", "form-newline-0001", now, "");
+    assert_eq!(code(&e, &r, now), Code::Ok);
+}

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use crate::model::Arm;
 use crate::model::{Action, Code, DecideRequest, Reason, Step, Verdict};
+use crate::path::PathError;
 use crate::policy::{AppPolicy, DedupPolicy, FailPolicy, RoutePolicy, StorePolicies, Tier};
 use crate::replay::canonical::{body_sha256_hex, EMPTY_BODY_SHA256};
 use crate::replay::fingerprint::FingerprintStore;
@@ -226,22 +227,25 @@ impl Engine {
 
     /// Judges one request at server time `now_ms`.
     pub fn decide(&self, req: &DecideRequest, now_ms: i64) -> Result<Verdict, RequestError> {
-        self.decide_in(req, None, now_ms, &mut RuleSession::default())
+        let (req, bad_path) = normalized(req);
+        self.decide_in(&req, None, now_ms, &mut RuleSession::default(), bad_path)
     }
 
-    /// [`Engine::decide`], taking the request and giving it back: the rules read it in place
-    /// instead of a copy.
+    /// [`Engine::decide`], taking the request and giving it back (its path normalised): the rules
+    /// read it in place instead of a copy.
     pub fn decide_owned(
         &self,
-        req: DecideRequest,
+        mut req: DecideRequest,
         now_ms: i64,
     ) -> (Result<Verdict, RequestError>, DecideRequest) {
+        let bad_path = req.request.normalize().err();
         let rule_req = Req::from_owned(req, now_ms);
         let v = self.decide_in(
             rule_req.request(),
             Some(&rule_req),
             now_ms,
             &mut RuleSession::default(),
+            bad_path,
         );
         (v, rule_req.into_request())
     }
@@ -255,19 +259,22 @@ impl Engine {
         now_ms: i64,
     ) -> Result<(Verdict, crate::trace::Trace), RequestError> {
         let mut session = RuleSession::traced();
-        let v = self.decide_in(req, None, now_ms, &mut session)?;
+        let (req, bad_path) = normalized(req);
+        let v = self.decide_in(&req, None, now_ms, &mut session, bad_path)?;
         let tracer = session.trace.take().expect("a traced session");
         let trace = tracer.finish(&v);
         Ok((v, trace))
     }
 
-    /// `built`: the rules' view of `req`, when the caller has it already.
+    /// `built`: the rules' view of `req`, when the caller has it already. `req` is normalised
+    /// ([`crate::model::JudgedRequest::normalize`]), or `bad_path` says why it cannot be.
     fn decide_in(
         &self,
         req: &DecideRequest,
         built: Option<&Req>,
         now_ms: i64,
         session: &mut RuleSession,
+        bad_path: Option<PathError>,
     ) -> Result<Verdict, RequestError> {
         if req.app.is_empty() {
             return Err(RequestError::InvalidField("app must not be empty".into()));
@@ -354,7 +361,7 @@ impl Engine {
             Some(r) => r.clone(),
             None => Req::from_context(&ctx),
         });
-        let mut v = self.decide_steps(&ctx, &set, rule_req.as_ref(), session, &body_hash);
+        let mut v = self.decide_steps(&ctx, &set, rule_req.as_ref(), session, &body_hash, bad_path);
         v.shadow = std::mem::take(&mut session.shadow);
         v.score = session.score;
         v.ruleset_version = set.version().to_string();
@@ -394,12 +401,25 @@ impl Engine {
         rule_req: Option<&Req>,
         session: &mut RuleSession,
         body_hash: &str,
+        bad_path: Option<PathError>,
     ) -> Verdict {
         // 1. Edge rules (read-only).
         session.step("edge");
         if let Some(mut v) = self.run_tier(set, Tier::Edge, rule_req, session) {
             v.degraded |= session.degraded;
             return v;
+        }
+        // A method, path or query that has no normal form (a line break, an encoded separator, a
+        // `..` above the root) is refused here: after the edge rules (the WAF names the attack
+        // when it sees one), before anything is signed over or written.
+        if let Some(e) = bad_path {
+            return Verdict::reject(
+                Step::Edge,
+                Action::Deny,
+                Code::RuleDeny,
+                "path",
+                Reason::new(e.to_string()),
+            );
         }
         // 2. Signature.
         session.step("signature");
@@ -457,5 +477,18 @@ impl Engine {
         }
         v.degraded = degraded || session.degraded;
         v
+    }
+}
+
+/// `req` with its path normalised: borrowed when it is already in normal form (the common case),
+/// else a normalised copy; or `req` as it is and why its method, path or query is refused.
+fn normalized(req: &DecideRequest) -> (std::borrow::Cow<'_, DecideRequest>, Option<PathError>) {
+    if req.request.is_normalized() {
+        return (std::borrow::Cow::Borrowed(req), None);
+    }
+    let mut owned = req.clone();
+    match owned.request.normalize() {
+        Ok(()) => (std::borrow::Cow::Owned(owned), None),
+        Err(e) => (std::borrow::Cow::Borrowed(req), Some(e)),
     }
 }

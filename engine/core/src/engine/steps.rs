@@ -53,7 +53,8 @@ impl Engine {
         let fields = SignedFields {
             app: &app.id,
             method: &r.method,
-            path: &r.path,
+            // The path as the client sent (and signed) it; every other step reads the normal form.
+            path: r.signed_path(),
             query: &r.query,
             timestamp: ts_raw,
             nonce,

@@ -186,6 +186,7 @@ impl Sample {
                 headers,
                 body: Some(body),
                 body_sha256: None,
+                raw_path: None,
             },
             ..Default::default()
         };

@@ -136,7 +136,8 @@ impl ReqData {
         *self.waf_hit.get_or_init(|| {
             let r = &self.src.request;
             crate::waf::scan_request(
-                &r.path,
+                // The path as sent: the evidence of an attack is in its spelling.
+                r.signed_path(),
                 &r.query,
                 r.body.as_deref().unwrap_or(""),
                 self.src.params.as_ref(),

@@ -208,6 +208,16 @@ pub(super) fn parse_meta(src: &Source, tier: Tier, errs: &mut Vec<RuleError>) ->
                 line,
                 format!("route {r:?} must start with '/'"),
             ));
+        } else if !crate::path::route_is_normal(r) {
+            let line = fields["routes"].0;
+            errs.push(meta_error(
+                &src.path,
+                line,
+                format!(
+                    "route {r:?} is not in the normal form requests are matched in (no empty, . \
+                     or .. segments, no trailing /): it would never match"
+                ),
+            ));
         }
     }
     if errs.len() > before {

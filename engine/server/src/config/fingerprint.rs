@@ -56,6 +56,13 @@ pub(super) fn check(
     for (i, r) in routes.iter().enumerate() {
         if !r.path.starts_with('/') {
             errs.push(format!("routes[{i}]: path must start with '/'"));
+        } else if !rampart_core::path::route_is_normal(&r.path) {
+            errs.push(format!(
+                "routes[{i}]: path {:?} is not in the normal form requests are matched in (no \
+                 empty, . or .. segments, no trailing /, unreserved characters not encoded; see \
+                 docs/api.md#path-normalisation): it would never match",
+                r.path
+            ));
         }
         if r.dedup_window_ms.is_some_and(|w| w < 0) {
             errs.push(format!("routes[{i}]: dedup_window_ms must be ≥ 0"));

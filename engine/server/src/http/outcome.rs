@@ -28,7 +28,7 @@ pub(super) async fn outcome(
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&rt, &req, payload, rt.limits.max_batch_body_bytes).await?;
     let value: serde_json::Value = serde_json::from_slice(&body).map_err(json_error)?;
-    let items: Vec<Outcome> = match value {
+    let mut items: Vec<Outcome> = match value {
         serde_json::Value::Array(_) => serde_json::from_value(value),
         other => serde_json::from_value(other).map(|o| vec![o]),
     }
@@ -48,6 +48,20 @@ pub(super) async fn outcome(
                 "INVALID_FIELD",
                 "status must be an HTTP status (100–599)",
             ));
+        }
+    }
+    for o in &mut items {
+        // The breaker watches the normal form of the route, as the decision path reads it.
+        match rampart_core::path::normalize_path(&o.route) {
+            Ok(std::borrow::Cow::Owned(p)) => o.route = p,
+            Ok(std::borrow::Cow::Borrowed(_)) => {}
+            Err(e) => {
+                return Err(ApiError::new(
+                    400,
+                    "INVALID_FIELD",
+                    e.to_string().replace("request.path", "route"),
+                ))
+            }
         }
     }
     for o in &items {
