@@ -1111,3 +1111,86 @@ fn typos_in_names_are_located_compile_errors() {
         "{found:?}"
     );
 }
+
+/// DESIGN §2, "unauthenticated input buys no state": the edge tier runs before the signature, so
+/// an edge rule may not count anything keyed by what the client claims. The writing helpers are a
+/// located compile error there; only the connection's IP may be counted (`rate_limit_ip`,
+/// `count_ip`). A rule that reaches a writing helper indirectly is refused at run time.
+#[test]
+fn edge_rules_cannot_write_state_keyed_by_claimed_data_before_the_signature() {
+    for (helper, call) in [
+        ("rate_limit", "rate_limit(\"u:\" + req.user, 10, 5)"),
+        ("count", "count(\"u:\" + req.user, 60000)"),
+        ("distinct", "distinct(\"u:\" + req.user, req.ip, 60000)"),
+        ("claim", "claim(\"pool\", req.user, 10)"),
+        ("report", "report(\"user\", req.user, 50)"),
+    ] {
+        let errs = RuleSet::compile(
+            &[rule(
+                "edge/writes.rhai",
+                "writes",
+                1,
+                "",
+                &format!("let x = 1;\n{call};"),
+            )],
+            RuleSettings::default(),
+            &RuleState::local(1000),
+        )
+        .expect_err(helper);
+        assert!(
+            errs.iter().any(|e| e.file == "edge/writes.rhai"
+                // Four metadata lines, `let x = 1;`, then the call.
+                && e.line == 6
+                && e.column == 1 + call.find(helper).unwrap()
+                && e.message.contains(helper)
+                && e.message.contains("edge")),
+            "{helper}: {errs:#?}"
+        );
+        // The same rule is fine after the signature.
+        compile(&[rule(
+            "gateway/writes.rhai",
+            "writes",
+            1,
+            "",
+            &format!("{call};"),
+        )]);
+    }
+
+    // A forged flood through an edge rule that reaches `count` indirectly, and one that limits by
+    // IP: nothing is keyed by the claimed users, the IP limit works.
+    let state = RuleState::local(100_000);
+    let set = RuleSet::compile(
+        &[
+            rule(
+                "edge/sneaky.rhai",
+                "sneaky",
+                1,
+                "",
+                "let f = Fn(\"count\");\nif f.call(\"u:\" + req.user, 60000) > 3 { deny(\"x\") }",
+            ),
+            rule(
+                "edge/ip-flood.rhai",
+                "ip-flood",
+                2,
+                "",
+                "if !rate_limit_ip(req, 5, 5) { deny(\"RATE_LIMITED\", \"too fast\") }\n\
+                 else if count_ip(req, 60000) > 1000 { deny(\"x\") }",
+            ),
+        ],
+        RuleSettings::default(),
+        &state,
+    )
+    .unwrap_or_else(|e| panic!("{e:#?}"));
+    let (e, _) = engine_with(set);
+    let mut codes = std::collections::HashMap::new();
+    for i in 0..200 {
+        let mut r = request("shop", "/api/pay", "203.0.113.50", "curl/8", false);
+        r.user_id = Some(format!("victim-{i}"));
+        let v = e.decide(&r, 1_000_000).unwrap();
+        *codes.entry(v.code).or_insert(0) += 1;
+    }
+    assert_eq!(codes.get(&Code::RateLimited), Some(&195), "{codes:?}");
+    assert_eq!(codes.get(&Code::SignatureMissing), Some(&5), "{codes:?}");
+    // One GCRA key and one counter, both the IP's; no key for any of the 200 claimed users.
+    assert_eq!(state.limiter.len(), 2);
+}

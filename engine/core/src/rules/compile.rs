@@ -1,7 +1,8 @@
 //! Compiling and validating a whole rule set into one immutable snapshot, indexed by tier and app.
 
 use super::lints::{
-    always_terminal, unknown_calls, unknown_lists, unknown_properties, unreachable_rules,
+    always_terminal, edge_writes, unknown_calls, unknown_lists, unknown_properties,
+    unreachable_rules,
 };
 use super::lists::{list_entries, IpList, StringList};
 use super::register::{build_engine, next_set_id, Lists};
@@ -230,6 +231,9 @@ impl RuleSet {
             errs.extend(unknown_lists(s, &|name| {
                 lists.strings.contains_key(name) || lists.ips.contains_key(name)
             }));
+            if tier == Tier::Edge {
+                errs.extend(edge_writes(s));
+            }
             if let (Some(meta), Some(ast)) = (meta, ast) {
                 if let Some(first) = names.insert(meta.name.clone(), s.path.clone()) {
                     errs.push(meta_error(
@@ -240,6 +244,7 @@ impl RuleSet {
                     continue;
                 }
                 per_tier[tier.index()].push(Rule {
+                    id: xxhash_rust::xxh3::xxh3_64(meta.name.as_bytes()),
                     meta,
                     always_terminal: always_terminal(&s.text),
                     precheck: super::precheck::Precheck::compile(&ast),

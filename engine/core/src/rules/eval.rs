@@ -6,7 +6,8 @@ use super::helpers::with_replay;
 use super::request::Req;
 use super::source::{Mode, Rule};
 use super::state::{
-    DEGRADED, EVAL_NOW, IN_SHADOW, KEY_NS, LAST_RETRY, RESOLUTION, SIMULATING, STORE_DOWN,
+    DEGRADED, EVAL_NOW, IN_EDGE, IN_SHADOW, KEY_NS, LAST_RETRY, RESOLUTION, RULE_ID, SIMULATING,
+    STORE_DOWN,
 };
 use crate::model::{Action, Code, Reason, ShadowHit, Step, Verdict};
 use crate::policy::{FailPolicy, Tier};
@@ -111,6 +112,15 @@ impl RuleSet {
         let mut tally = Tally(&self.counts.evaluations, 0);
         let mut scope = Scope::new();
         EVAL_NOW.with(|n| n.set(req.now_ms));
+        /// Clears the edge flag however the tier ends.
+        struct EdgeDone;
+        impl Drop for EdgeDone {
+            fn drop(&mut self) {
+                IN_EDGE.with(|f| f.set(false));
+            }
+        }
+        IN_EDGE.with(|f| f.set(tier == Tier::Edge));
+        let _edge = EdgeDone;
         for &i in ids {
             let rule = &index.rules[i];
             if !rule.applies_to_route(req.path()) {
@@ -131,6 +141,7 @@ impl RuleSet {
             DEGRADED.with(|d| d.set(false));
             IN_SHADOW
                 .with(|f| f.set(rule.meta.mode == Mode::Shadow || SIMULATING.with(|s| s.get())));
+            RULE_ID.with(|r| r.set(rule.id));
             tally.1 += 1;
             let outcome = self.eval(rule, req, &mut scope);
             IN_SHADOW.with(|f| f.set(false));

@@ -3,7 +3,9 @@
 
 use super::register::{rt_err, RhaiResult};
 use super::request::ReqData;
-use super::state::{by_policy, ns_key, RuleState, EVAL_NOW, LAST_RETRY, REPUTATION_KINDS};
+use super::state::{
+    by_policy, ns_key, RuleState, EVAL_NOW, IN_EDGE, LAST_RETRY, REPUTATION_KINDS, RULE_ID,
+};
 
 /// Names of the helper functions registered for rules (used by the unknown-helper lint).
 pub const HELPERS: &[&str] = &[
@@ -29,7 +31,69 @@ pub const HELPERS: &[&str] = &[
     "claimed",
     "reputation",
     "report",
+    "rate_limit_ip",
+    "count_ip",
 ];
+
+/// Helpers that write state keyed by data the rule chooses (a user, a device, a header): refused
+/// in the edge tier, which runs before the signature is checked (DESIGN §2: unauthenticated input
+/// buys no state). A call is a compile error located at it (`lints::edge_writes`); a call the lint
+/// cannot see (`Fn("count").call(…)`) fails at run time. The edge tier counts the connection's IP
+/// only: `rate_limit_ip`, `count_ip`.
+pub const EDGE_REFUSED: &[&str] = &["rate_limit", "count", "distinct", "claim", "report"];
+
+/// Refuses a writing helper in the edge tier (see [`EDGE_REFUSED`]).
+pub(super) fn refuse_at_edge(helper: &str) -> RhaiResult<()> {
+    if IN_EDGE.with(|f| f.get()) {
+        return Err(rt_err(format!(
+            "{helper} writes state keyed by what the client claims, and edge rules run before the \
+             signature is checked: use rate_limit_ip or count_ip (keyed by the client IP), or move \
+             the rule to gateway/"
+        )));
+    }
+    Ok(())
+}
+
+/// The key of an IP-keyed edge helper: the rule and the client IP (no IP: none, nothing counted).
+fn ip_key(kind: &str, r: &ReqData) -> Option<String> {
+    let ip = r.ip();
+    (!ip.is_empty()).then(|| format!("{kind}:{:016x}:{ip}", RULE_ID.with(|id| id.get())))
+}
+
+/// `rate_limit_ip(req, rate, burst)`: one GCRA step on the client IP's bucket of this rule; `true`
+/// while the IP is within its rate (and when the request has no IP). The one rate limit the edge
+/// tier may use: the IP is a fact of the connection, not a claim.
+pub(super) fn rate_limit_ip(
+    st: Option<&RuleState>,
+    r: &ReqData,
+    rate: f64,
+    burst: i64,
+) -> RhaiResult<bool> {
+    match ip_key("eip", r) {
+        Some(key) => IN_EDGE.with(|f| {
+            // The IP-keyed helper is allowed wherever it runs: lift the edge guard for the call.
+            let was = f.replace(false);
+            let out = rate_limit(st, &key, rate, burst);
+            f.set(was);
+            out
+        }),
+        None => Ok(true),
+    }
+}
+
+/// `count_ip(req, window_ms)`: adds one to the client IP's sliding-window counter of this rule;
+/// its new value (0 when the request has no IP).
+pub(super) fn count_ip(st: Option<&RuleState>, r: &ReqData, window_ms: i64) -> RhaiResult<i64> {
+    match ip_key("eic", r) {
+        Some(key) => IN_EDGE.with(|f| {
+            let was = f.replace(false);
+            let out = count(st, &key, window_ms);
+            f.set(was);
+            out
+        }),
+        None => Ok(0),
+    }
+}
 
 /// The helpers that count or read counted state, which the pre-check may call as well.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,6 +187,7 @@ pub(super) fn rate_limit(
     rate: f64,
     burst: i64,
 ) -> RhaiResult<bool> {
+    refuse_at_edge("rate_limit")?;
     let st = st.ok_or_else(|| rt_err("rate_limit: no limiter state".into()))?;
     let burst =
         u32::try_from(burst).map_err(|_| rt_err("rate_limit: burst out of range".into()))?;
@@ -145,6 +210,7 @@ pub(super) fn rate_limit(
 
 /// `count(key, window_ms)`: adds one to the key's sliding-window counter; its new value.
 pub(super) fn count(st: Option<&RuleState>, key: &str, window_ms: i64) -> RhaiResult<i64> {
+    refuse_at_edge("count")?;
     let st = st.ok_or_else(|| rt_err("count: no limiter state".into()))?;
     by_policy(
         "count",
@@ -159,6 +225,9 @@ pub(super) fn count(st: Option<&RuleState>, key: &str, window_ms: i64) -> RhaiRe
 /// `distinct(key, item, window_ms)`: adds `item` (unless empty) to the key's distinct set; its
 /// estimated size.
 pub(super) fn distinct(st: &RuleState, key: &str, item: &str, window_ms: i64) -> RhaiResult<i64> {
+    if !item.is_empty() {
+        refuse_at_edge("distinct")?;
+    }
     let now = EVAL_NOW.with(|n| n.get());
     let n = if item.is_empty() {
         st.distinct.count(&ns_key(key), now, window_ms)

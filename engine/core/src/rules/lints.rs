@@ -3,7 +3,7 @@
 //! and lists the set does not hold (`in_list("bad-methds", …)`). Each would otherwise fail at run
 //! time, fall to the tier's error default and never fire, with nobody told.
 
-use super::helpers::HELPERS;
+use super::helpers::{EDGE_REFUSED, HELPERS};
 use super::source::{meta_error, Mode, Rule, RuleError, RuleMeta, Source};
 
 /// A token of Rhai source as the lints see it.
@@ -294,4 +294,38 @@ pub(super) fn unknown_lists(src: &Source, lists: &dyn Fn(&str) -> bool) -> Vec<R
         }
     }
     errs
+}
+
+/// Lint of the edge tier: calls of the helpers that write state keyed by rule-chosen data
+/// ([`EDGE_REFUSED`]), located at the call. The edge tier runs before the signature is checked,
+/// so such a write would let unsigned requests create state keyed by what they claim.
+pub(super) fn edge_writes(src: &Source) -> Vec<RuleError> {
+    let text = &src.text;
+    let mut out = Vec::new();
+    let mut prev_dot = false;
+    for t in tokens(text) {
+        match t {
+            Tok::Ident(start, ident) => {
+                if !prev_dot && EDGE_REFUSED.contains(&ident) && called(text, start, ident.len()) {
+                    let line = text[..start].matches('\n').count() + 1;
+                    let column = start - text[..start].rfind('\n').map(|p| p + 1).unwrap_or(0) + 1;
+                    out.push(RuleError {
+                        file: src.path.clone(),
+                        line,
+                        column,
+                        message: format!(
+                            "`{ident}` writes state keyed by what the client claims, and edge \
+                             rules run before the signature is checked: count the client IP with \
+                             rate_limit_ip(req, rate, burst) or count_ip(req, window_ms), or move \
+                             the rule to gateway/"
+                        ),
+                    });
+                }
+                prev_dot = false;
+            }
+            Tok::Str => prev_dot = false,
+            Tok::Punct(c) => prev_dot = c == b'.',
+        }
+    }
+    out
 }

@@ -2,8 +2,8 @@
 
 use super::eval::Outcome;
 use super::helpers::{
-    call_id, count, distinct, rate_limit, replayed, reputation, reputation_kind,
-    reputation_of_request, Counting,
+    call_id, count, count_ip, distinct, rate_limit, rate_limit_ip, replayed, reputation,
+    reputation_kind, reputation_of_request, Counting,
 };
 use super::lists::{IpList, StringList};
 use super::request::{waf_value, Req};
@@ -223,6 +223,27 @@ pub(super) fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai:
         )
         .map(|allowed| allowed != 0)
     });
+    let st = state.clone();
+    e.register_fn(
+        "rate_limit_ip",
+        move |r: &mut Req, rate: i64, burst: i64| -> RhaiResult<bool> {
+            rate_limit_ip(st.as_ref(), r, rate as f64, burst)
+        },
+    );
+    let st = state.clone();
+    e.register_fn(
+        "rate_limit_ip",
+        move |r: &mut Req, rate: f64, burst: i64| -> RhaiResult<bool> {
+            rate_limit_ip(st.as_ref(), r, rate, burst)
+        },
+    );
+    let st = state.clone();
+    e.register_fn(
+        "count_ip",
+        move |r: &mut Req, window_ms: i64| -> RhaiResult<i64> {
+            count_ip(st.as_ref(), r, window_ms)
+        },
+    );
     let st = state;
     e.register_fn("count", move |key: &str, window_ms: i64| {
         replayed(
@@ -251,6 +272,7 @@ pub(super) fn register_state_helpers(e: &mut rhai::Engine, st: RuleState) {
     e.register_fn(
         "claim",
         move |pool: &str, user: &str, stock: i64| -> RhaiResult<ImmutableString> {
+            super::helpers::refuse_at_edge("claim")?;
             let stock =
                 u64::try_from(stock).map_err(|_| rt_err("claim: stock must be ≥ 0".into()))?;
             let c = if IN_SHADOW.with(|f| f.get()) {
@@ -301,6 +323,7 @@ pub(super) fn register_state_helpers(e: &mut rhai::Engine, st: RuleState) {
         "report",
         move |kind: &str, value: &str, points: i64| -> RhaiResult<()> {
             reputation_kind("report", kind)?;
+            super::helpers::refuse_at_edge("report")?;
             if IN_SHADOW.with(|f| f.get()) {
                 return Ok(());
             }

@@ -64,6 +64,8 @@ pub(super) struct Rule {
     pub(super) precheck: Option<super::precheck::Precheck>,
     pub(super) errors: AtomicU64,
     pub(super) hits: AtomicU64,
+    /// A hash of the rule's name (keys the IP-keyed edge helpers per rule).
+    pub(super) id: u64,
 }
 
 impl Rule {

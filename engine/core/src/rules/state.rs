@@ -214,6 +214,12 @@ thread_local! {
     pub(super) static LAST_RETRY: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// True while a shadow rule runs: helpers with lasting effects (claims, reports) only look.
     pub(super) static IN_SHADOW: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// True while an edge rule runs (before the signature): helpers that write state keyed by
+    /// rule-chosen data refuse (see `helpers::refuse_at_edge`).
+    pub(super) static IN_EDGE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// A hash of the name of the rule being evaluated: the IP-keyed edge helpers keep one bucket
+    /// per rule and IP.
+    pub(super) static RULE_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// Set by a helper whose store failed under a `Deny` policy: names the store.
     pub(super) static STORE_DOWN: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
     /// Set by a helper whose store failed under an `Allow` policy (it answered its neutral value).
