@@ -61,9 +61,15 @@ impl NonceStore for Switch<BloomNonceStore> {
 }
 
 impl FingerprintStore for Switch<LocalFingerprintStore> {
-    fn insert_if_absent(&self, fp: u128, window_ms: i64, now_ms: i64) -> Result<bool, StoreError> {
+    fn insert_if_absent(
+        &self,
+        app: &str,
+        fp: u128,
+        window_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
         self.check()?;
-        self.inner.insert_if_absent(fp, window_ms, now_ms)
+        self.inner.insert_if_absent(app, fp, window_ms, now_ms)
     }
     fn maintain(&self, now_ms: i64) {
         self.inner.maintain(now_ms)

@@ -236,13 +236,13 @@ impl Engine {
         });
         let mut first = self
             .fingerprints
-            .insert_if_absent(fp, dedup.window_ms, now_ms);
+            .insert_if_absent(&app.id, fp, dedup.window_ms, now_ms);
         if let Some(fb) = &self.fallback {
             match &first {
                 Ok(true) => {
-                    if let Ok(false) = fb
-                        .fingerprints
-                        .insert_if_absent(fp, dedup.window_ms, now_ms)
+                    if let Ok(false) =
+                        fb.fingerprints
+                            .insert_if_absent(&app.id, fp, dedup.window_ms, now_ms)
                     {
                         first = Ok(false);
                     }
@@ -254,7 +254,7 @@ impl Engine {
                     degraded = true;
                     first = fb
                         .fingerprints
-                        .insert_if_absent(fp, dedup.window_ms, now_ms);
+                        .insert_if_absent(&app.id, fp, dedup.window_ms, now_ms);
                 }
                 _ => {}
             }

@@ -125,12 +125,45 @@ pub fn fingerprint(s: &Submission<'_>) -> u128 {
 
 /// The duplicate-submission step's state.
 pub trait FingerprintStore: Send + Sync {
-    /// Records `fp` for `window_ms` unless it is already live. `Ok(true)` = first submission.
-    fn insert_if_absent(&self, fp: u128, window_ms: i64, now_ms: i64) -> Result<bool, StoreError>;
+    /// Records `fp` (a submission of `app`) for `window_ms` unless it is already live.
+    /// `Ok(true)` = first submission.
+    fn insert_if_absent(
+        &self,
+        app: &str,
+        fp: u128,
+        window_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError>;
     fn maintain(&self, now_ms: i64);
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// One fingerprint store per app (see [`crate::replay::nonce::PerApp`]): a flood of one app's
+/// submissions fills its own store only.
+pub type PerAppFingerprints = crate::replay::nonce::PerApp<dyn FingerprintStore>;
+
+impl FingerprintStore for PerAppFingerprints {
+    fn insert_if_absent(
+        &self,
+        app: &str,
+        fp: u128,
+        window_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.part(app)?.insert_if_absent(app, fp, window_ms, now_ms)
+    }
+
+    fn maintain(&self, now_ms: i64) {
+        for (_, s) in self.parts() {
+            s.maintain(now_ms);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.parts().iter().map(|(_, s)| s.len()).sum()
     }
 }
 
@@ -148,7 +181,13 @@ impl LocalFingerprintStore {
 }
 
 impl FingerprintStore for LocalFingerprintStore {
-    fn insert_if_absent(&self, fp: u128, window_ms: i64, now_ms: i64) -> Result<bool, StoreError> {
+    fn insert_if_absent(
+        &self,
+        _app: &str,
+        fp: u128,
+        window_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
         self.set
             .insert_if_absent(fp, now_ms, now_ms.saturating_add(window_ms))
             .map_err(|e| StoreError::Full(e.to_string()))
@@ -259,8 +298,8 @@ mod tests {
     #[test]
     fn store_window() {
         let s = LocalFingerprintStore::new(10);
-        assert_eq!(s.insert_if_absent(5, 1000, 0), Ok(true));
-        assert_eq!(s.insert_if_absent(5, 1000, 999), Ok(false));
-        assert_eq!(s.insert_if_absent(5, 1000, 1000), Ok(true));
+        assert_eq!(s.insert_if_absent("a", 5, 1000, 0), Ok(true));
+        assert_eq!(s.insert_if_absent("a", 5, 1000, 999), Ok(false));
+        assert_eq!(s.insert_if_absent("a", 5, 1000, 1000), Ok(true));
     }
 }

@@ -80,6 +80,86 @@ pub trait NonceStore: Send + Sync {
     fn stats(&self, now_ms: i64) -> NonceStats;
 }
 
+/// One store per app, so that one app's load cannot spend another's capacity: a signed flood of
+/// one app fills its own filter (raising its own false-positive rate, nobody else's) or its own
+/// exact store, never the others'. Each part is sized for its app (`[[apps]] expected_rps`,
+/// `exact_max_entries`, `fingerprint_max_entries`). An app without a part is refused (the engine
+/// never asks for one: unknown apps are refused before any store).
+pub struct PerApp<S: ?Sized> {
+    parts: Vec<(String, std::sync::Arc<S>)>,
+    index: hashbrown::HashMap<String, usize>,
+}
+
+impl<S: ?Sized> PerApp<S> {
+    pub fn new(parts: Vec<(String, std::sync::Arc<S>)>) -> Self {
+        let index = parts
+            .iter()
+            .enumerate()
+            .map(|(i, (app, _))| (app.clone(), i))
+            .collect();
+        PerApp { parts, index }
+    }
+
+    /// The store of `app`.
+    #[inline]
+    pub fn part(&self, app: &str) -> Result<&S, StoreError> {
+        match self.index.get(app) {
+            Some(&i) => Ok(&*self.parts[i].1),
+            None => Err(StoreError::Invalid(format!("no store for app {app:?}"))),
+        }
+    }
+
+    /// Every app's store, in the order given.
+    pub fn parts(&self) -> &[(String, std::sync::Arc<S>)] {
+        &self.parts
+    }
+}
+
+/// Nonce stores per app.
+pub type PerAppNonces = PerApp<dyn NonceStore>;
+
+impl NonceStore for PerAppNonces {
+    fn check_and_insert(
+        &self,
+        app: &str,
+        nonce: &str,
+        ts_ms: i64,
+        window_ms: i64,
+        now_ms: i64,
+    ) -> Result<NonceVerdict, StoreError> {
+        self.part(app)?
+            .check_and_insert(app, nonce, ts_ms, window_ms, now_ms)
+    }
+
+    fn prefetch(&self, app: &str, nonce: &str, ts_ms: i64) {
+        if let Ok(p) = self.part(app) {
+            p.prefetch(app, nonce, ts_ms);
+        }
+    }
+
+    fn maintain(&self, now_ms: i64) {
+        for (_, s) in &self.parts {
+            s.maintain(now_ms);
+        }
+    }
+
+    /// The sum of the parts' memory and entries, and the worst part's fill, false-positive rate
+    /// and overload (what an operator must act on).
+    fn stats(&self, now_ms: i64) -> NonceStats {
+        let mut out = NonceStats::default();
+        for (_, s) in &self.parts {
+            let st = s.stats(now_ms);
+            out.mode = st.mode;
+            out.memory_bytes += st.memory_bytes;
+            out.entries += st.entries;
+            out.fill_ratio = out.fill_ratio.max(st.fill_ratio);
+            out.estimated_fp = out.estimated_fp.max(st.estimated_fp);
+            out.overloaded |= st.overloaded;
+        }
+        out
+    }
+}
+
 /// The compact mode: a [`SlicedBloom`] keyed by (app, nonce).
 #[derive(Debug)]
 pub struct BloomNonceStore {

@@ -19,6 +19,17 @@ pub struct AppConfig {
     pub keys: Vec<KeyConfig>,
     #[serde(default = "default_window_ms")]
     pub window_ms: i64,
+    /// Peak accepted requests per second of this app, which its own nonce filter is sized for.
+    /// Default: `[state] expected_rps`.
+    #[serde(default)]
+    pub expected_rps: Option<u64>,
+    /// Cap on this app's live entries in exact nonce mode. Default: `[state] exact_max_entries`.
+    #[serde(default)]
+    pub exact_max_entries: Option<usize>,
+    /// Cap on this app's live duplicate-submission fingerprints. Default:
+    /// `[state] fingerprint_max_entries`.
+    #[serde(default)]
+    pub fingerprint_max_entries: Option<usize>,
 }
 
 /// `[[apps]] keys = [{ id, secret | secret_env, not_before_ms, not_after_ms }]`.
@@ -46,6 +57,9 @@ impl std::fmt::Debug for AppConfig {
             .field("secret_env", &self.secret_env)
             .field("keys", &self.keys)
             .field("window_ms", &self.window_ms)
+            .field("expected_rps", &self.expected_rps)
+            .field("exact_max_entries", &self.exact_max_entries)
+            .field("fingerprint_max_entries", &self.fingerprint_max_entries)
             .finish()
     }
 }
@@ -189,6 +203,14 @@ pub(super) fn check(apps: &[AppConfig], errs: &mut Vec<String>) -> Vec<ValidApp>
         }
         if !(1..=86_400_000).contains(&a.window_ms) {
             errs.push(format!("{at}: window_ms must be between 1 and 86400000"));
+        }
+        if a.expected_rps == Some(0) {
+            errs.push(format!("{at}: expected_rps must be at least 1"));
+        }
+        if a.exact_max_entries == Some(0) || a.fingerprint_max_entries == Some(0) {
+            errs.push(format!(
+                "{at}: exact_max_entries and fingerprint_max_entries must be at least 1"
+            ));
         }
         let mut keys = Vec::new();
         let plain = a.secret.is_some() || a.secret_env.is_some();

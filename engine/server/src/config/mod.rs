@@ -106,6 +106,9 @@ impl Config {
                 keys: Vec::new(),
                 // Generous so that a hand-typed curl from the README fits; tighten in production.
                 window_ms: 30_000,
+                expected_rps: None,
+                exact_max_entries: None,
+                fingerprint_max_entries: None,
             }],
             state: StateConfig::default(),
             fingerprint: FingerprintConfig::default(),
@@ -223,6 +226,37 @@ impl Validated {
             );
         }
         Ok(self)
+    }
+
+    /// The raw `[[apps]]` entry of `app`.
+    fn app_config(&self, app: &str) -> Option<&AppConfig> {
+        self.raw.apps.iter().find(|a| a.id == app)
+    }
+
+    /// The nonce filter of one app: the shared shape (slices, retention, windows), sized for the
+    /// app's own `expected_rps`.
+    pub fn filter_for(&self, app: &str) -> SlicedBloomConfig {
+        SlicedBloomConfig {
+            expected_rps: self
+                .app_config(app)
+                .and_then(|a| a.expected_rps)
+                .unwrap_or(self.filter.expected_rps),
+            ..self.filter
+        }
+    }
+
+    /// The cap on `app`'s live entries in exact nonce mode.
+    pub fn exact_max_entries_for(&self, app: &str) -> usize {
+        self.app_config(app)
+            .and_then(|a| a.exact_max_entries)
+            .unwrap_or(self.raw.state.exact_max_entries)
+    }
+
+    /// The cap on `app`'s live duplicate-submission fingerprints.
+    pub fn fingerprint_max_entries_for(&self, app: &str) -> usize {
+        self.app_config(app)
+            .and_then(|a| a.fingerprint_max_entries)
+            .unwrap_or(self.raw.state.fingerprint_max_entries)
     }
 
     pub fn engine_settings(&self) -> EngineSettings {

@@ -269,14 +269,25 @@ impl StateConfig {
             max_window_ms: max_window,
             target_fp: st.target_fp,
         };
+        // One filter per app, each sized for the app's own rate.
+        let total: u64 = apps
+            .iter()
+            .map(|a| {
+                SlicedBloomConfig {
+                    expected_rps: a.expected_rps.unwrap_or(st.expected_rps).max(1),
+                    ..filter
+                }
+                .memory_bytes()
+            })
+            .sum();
         if st.nonce_mode == NonceMode::Bloom
             && st.target_fp > 0.0
-            && filter.memory_bytes() > 16 * 1024 * 1024 * 1024
+            && total > 16 * 1024 * 1024 * 1024
         {
             errs.push(format!(
-                "the nonce filter would need {} MiB (expected_rps × retention); lower expected_rps or \
-                 the windows",
-                filter.memory_bytes() / (1024 * 1024)
+                "the nonce filters would need {} MiB (one per app: expected_rps × retention); lower \
+                 expected_rps or the windows",
+                total / (1024 * 1024)
             ));
         }
         Derived {

@@ -188,29 +188,37 @@ impl Validated {
         })
     }
 
-    /// What the nonce store will cost, for `rampart check`.
+    /// What the nonce store will cost, for `rampart check`: one store per app, each sized for the
+    /// app's own `expected_rps`, and their total.
     pub fn sizing_report(&self) -> String {
         let v = self;
         let st = &v.raw.state;
-        let f = &v.filter;
-        let live = st.expected_rps as f64 * v.retention_ms as f64 / 1000.0;
+        let rps = |id: &str| v.filter_for(id).expected_rps;
+        let total_rps: u64 = v.apps.iter().map(|a| rps(&a.id)).sum();
+        let live = total_rps as f64 * v.retention_ms as f64 / 1000.0;
         // A Redis key per nonce (SET NX PX): ~100+ bytes each with key, value, expiry and dict overhead.
         let redis_bytes = live * 100.0;
         let mib = |b: f64| b / (1024.0 * 1024.0);
+        let n = v.apps.len();
         match st.nonce_mode {
             NonceMode::Bloom => {
+                let f = &v.filter;
                 let d = f.design();
-                format!(
-                    "nonce store: bloom, sized for {} requests/s, retention {} ms, slices of {} ms ({} slices)\n  \
+                let total: u64 = v
+                    .apps
+                    .iter()
+                    .map(|a| v.filter_for(&a.id).memory_bytes())
+                    .sum();
+                let mut s = format!(
+                    "nonce store: bloom, one filter per app ({n}), sized for {total_rps} requests/s in all, retention {} ms, slices of {} ms ({} slices)\n  \
                      memory: {:.1} MiB\n  \
                      bits per entry: {:.2} at design load (k = {}), {:.2} per live nonce including slice overhead\n  \
                      expected false-positive rate: {:.2e} (target {:.0e})\n  \
                      for comparison, one Redis key per nonce (SET NX PX, ~100 B): {:.0} keys ≈ {:.0} MiB",
-                    st.expected_rps,
                     v.retention_ms,
                     f.slice_ms,
                     f.slots(),
-                    mib(f.memory_bytes() as f64),
+                    mib(total as f64),
                     d.bits_per_entry,
                     d.k,
                     f.effective_bits_per_entry(),
@@ -218,16 +226,29 @@ impl Validated {
                     st.target_fp,
                     live,
                     mib(redis_bytes),
+                );
+                if n > 1 {
+                    for id in v.apps.iter().map(|a| &a.id) {
+                        let af = v.filter_for(id);
+                        s.push_str(&format!(
+                            "\n  app {id}: {} requests/s, {:.1} MiB",
+                            af.expected_rps,
+                            mib(af.memory_bytes() as f64)
+                        ));
+                    }
+                }
+                s
+            }
+            NonceMode::Exact => {
+                let cap: usize = v.apps.iter().map(|a| v.exact_max_entries_for(&a.id)).sum();
+                format!(
+                    "nonce store: exact (no false positives), one store per app ({n}), retention {} ms, at most {cap} entries in all\n  \
+                     memory at {total_rps} requests/s: ~{:.0} MiB (grows with live nonces; at most ~{:.0} MiB)",
+                    v.retention_ms,
+                    mib(live * 96.0),
+                    mib(cap as f64 * 96.0)
                 )
             }
-            NonceMode::Exact => format!(
-                "nonce store: exact (no false positives), retention {} ms, at most {} entries\n  \
-                 memory at {} requests/s: ~{:.0} MiB (grows with live nonces)",
-                v.retention_ms,
-                st.exact_max_entries,
-                st.expected_rps,
-                mib(live * 96.0)
-            ),
         }
     }
 }

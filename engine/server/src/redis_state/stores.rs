@@ -410,7 +410,13 @@ impl RedisFingerprints {
 }
 
 impl FingerprintStore for RedisFingerprints {
-    fn insert_if_absent(&self, fp: u128, window_ms: i64, _now_ms: i64) -> Result<bool, StoreError> {
+    fn insert_if_absent(
+        &self,
+        _app: &str,
+        fp: u128,
+        window_ms: i64,
+        _now_ms: i64,
+    ) -> Result<bool, StoreError> {
         let key = format!("{}:f:{fp:032x}", self.redis.prefix());
         set_nx_px(&self.redis, key, window_ms.max(1))
     }

@@ -10,8 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rampart_core::replay::fingerprint::{FingerprintStore, LocalFingerprintStore};
-use rampart_core::replay::nonce::{BloomNonceStore, ExactNonceStore, NonceStore};
+use rampart_core::replay::fingerprint::{
+    FingerprintStore, LocalFingerprintStore, PerAppFingerprints,
+};
+use rampart_core::replay::nonce::{BloomNonceStore, ExactNonceStore, NonceStore, PerAppNonces};
 use rampart_core::rules::{LiveRules, RuleError, RuleSet, RuleState, Source};
 use rampart_core::{Engine, Fallback};
 
@@ -175,20 +177,48 @@ impl Runtime {
     pub fn build(cfg: Validated) -> Result<Arc<Runtime>, StartError> {
         rampart_core::waf::warm_up();
         let st = &cfg.raw.state;
+        // One store per app, each sized for its app: one app's flood spends its own capacity.
         let local_nonces = || -> Arc<dyn NonceStore> {
-            match st.nonce_mode {
-                NonceMode::Bloom => {
-                    let mut seed = [0u8; 8];
-                    let _ = getrandom::getrandom(&mut seed);
-                    Arc::new(BloomNonceStore::new(cfg.filter, u64::from_le_bytes(seed)))
-                }
-                NonceMode::Exact => {
-                    Arc::new(ExactNonceStore::new(cfg.retention_ms, st.exact_max_entries))
-                }
-            }
+            let parts = cfg
+                .apps
+                .iter()
+                .map(|a| -> (String, Arc<dyn NonceStore>) {
+                    let id = &a.id;
+                    let store: Arc<dyn NonceStore> = match st.nonce_mode {
+                        NonceMode::Bloom => {
+                            let mut seed = [0u8; 8];
+                            let _ = getrandom::getrandom(&mut seed);
+                            Arc::new(BloomNonceStore::new(
+                                cfg.filter_for(id),
+                                u64::from_le_bytes(seed),
+                            ))
+                        }
+                        NonceMode::Exact => Arc::new(ExactNonceStore::new(
+                            cfg.retention_ms,
+                            cfg.exact_max_entries_for(id),
+                        )),
+                    };
+                    (id.clone(), store)
+                })
+                .collect();
+            Arc::new(PerAppNonces::new(parts))
         };
-        let local_fingerprints =
-            || Arc::new(LocalFingerprintStore::new(st.fingerprint_max_entries));
+        let local_fingerprints = || -> Arc<dyn FingerprintStore> {
+            let parts = cfg
+                .apps
+                .iter()
+                .map(|a| -> (String, Arc<dyn FingerprintStore>) {
+                    let id = &a.id;
+                    (
+                        id.clone(),
+                        Arc::new(LocalFingerprintStore::new(
+                            cfg.fingerprint_max_entries_for(id),
+                        )),
+                    )
+                })
+                .collect();
+            Arc::new(PerAppFingerprints::new(parts))
+        };
         let redis_mode = st.backend == Backend::Redis;
         let mode = match (redis_mode, st.nonce_mode) {
             (false, NonceMode::Bloom) => "bloom",
@@ -250,12 +280,7 @@ impl Runtime {
                 Some(rn),
             )
         } else {
-            (
-                local_nonces(),
-                local_fingerprints() as Arc<dyn FingerprintStore>,
-                None,
-                None,
-            )
+            (local_nonces(), local_fingerprints(), None, None)
         };
         let rules = Arc::new(LiveRules::new(load_rules(&cfg, &rule_state)?));
         let mut engine = Engine::new(cfg.engine_settings(), nonces, fingerprints, rules);
