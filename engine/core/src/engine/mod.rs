@@ -75,6 +75,9 @@ pub struct Engine {
     candidate: arc_swap::ArcSwapOption<Candidate>,
     /// Block and allow lists edited at run time.
     lists: arc_swap::ArcSwap<DynamicLists>,
+    /// The restart quarantine: timestamps whose acceptance span began before this instant (Unix
+    /// ms) cannot be judged (`i64::MIN`: none). See [`Engine::set_restart_quarantine`].
+    judge_from_ms: std::sync::atomic::AtomicI64,
 }
 
 /// Settings of the decision path that are not stores.
@@ -110,7 +113,28 @@ impl Engine {
             rules,
             candidate: arc_swap::ArcSwapOption::empty(),
             lists: arc_swap::ArcSwap::from_pointee(DynamicLists::default()),
+            judge_from_ms: std::sync::atomic::AtomicI64::new(i64::MIN),
         }
+    }
+
+    /// Declares that the nonce store knows nothing of what was accepted before `from_ms` (Unix
+    /// ms): after an unclean stop, the engine lost its in-process records at about that time.
+    /// Until every such timestamp fails the window check, a request whose acceptance span began
+    /// before `from_ms` (`x-timestamp − window < from_ms`) might be a replay of a request
+    /// accepted before the stop, so it is refused with `STORE_UNAVAILABLE` (503, `rule: "nonce"`,
+    /// `retry_after_ms` until a fresh timestamp passes) instead of being judged new. The
+    /// quarantine ends by itself 2 × window after `from_ms`.
+    pub fn set_restart_quarantine(&self, from_ms: i64) {
+        self.judge_from_ms
+            .store(from_ms, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The start of the knowledge of the nonce store (see [`Engine::set_restart_quarantine`]).
+    pub fn restart_quarantine(&self) -> Option<i64> {
+        let v = self
+            .judge_from_ms
+            .load(std::sync::atomic::Ordering::Acquire);
+        (v != i64::MIN).then_some(v)
     }
 
     /// Starts (or, with `None`, ends) a candidate's rollout. The swap is atomic: a decision sees

@@ -144,6 +144,32 @@ impl Engine {
                 Reason::new(msg),
             ));
         }
+        // The restart quarantine: a timestamp that could have been accepted before the nonce
+        // store lost its records cannot be judged new.
+        let from = self
+            .judge_from_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if ts.saturating_sub(app.window_ms) < from {
+            let mut v = Verdict::reject(
+                Step::Nonce,
+                Action::Deny,
+                Code::StoreUnavailable,
+                "nonce",
+                Reason::new(format!(
+                    "restart quarantine: this instance lost its nonce records at about {from} \
+                     (Unix ms, an unclean stop); a request whose x-timestamp is before {} could \
+                     have been accepted before it and cannot be judged; send it again with a \
+                     fresh timestamp and nonce",
+                    from.saturating_add(app.window_ms)
+                )),
+            );
+            v.retry_after_ms = Some(
+                from.saturating_add(app.window_ms)
+                    .saturating_sub(now_ms)
+                    .max(1) as u64,
+            );
+            return Break(v);
+        }
         let mut degraded = false;
         let mut seen = self
             .nonces

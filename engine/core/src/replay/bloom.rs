@@ -64,6 +64,8 @@ const USABLE_BITS: u32 = 511;
 const LOCK: u64 = 1 << 63;
 /// Marker for a slot that holds no slice (or is being cleared).
 const NO_SLICE: i64 = i64::MIN;
+/// First bytes of a filter snapshot ([`SlicedBloom::write_to`]), with its format version.
+const SNAPSHOT_MAGIC: &[u8; 8] = b"RSBLOOM1";
 
 #[repr(align(64))]
 struct Block([AtomicU64; 8]);
@@ -608,6 +610,92 @@ impl SlicedBloom {
         // Release: publishes the stores above together with the unlock.
         last.store(old_last & !LOCK, Ordering::Release);
         seen
+    }
+
+    /// Writes the filter — its sizing, seed, slots and every block — for [`SlicedBloom::read_from`]
+    /// (a snapshot across a restart: the seed goes with the bits, or they mean nothing). Call it
+    /// when no check-and-insert runs (lock bits are cleared in the copy).
+    pub fn write_to(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        w.write_all(SNAPSHOT_MAGIC)?;
+        for v in [
+            self.cfg.expected_rps,
+            self.cfg.slice_ms as u64,
+            self.cfg.retention_ms as u64,
+            self.cfg.max_window_ms as u64,
+            self.cfg.target_fp.to_bits(),
+            self.seed,
+            self.slots.len() as u64,
+            self.nblocks,
+        ] {
+            w.write_all(&v.to_le_bytes())?;
+        }
+        for slot in self.slots.iter() {
+            w.write_all(&slot.slice.load(Ordering::Acquire).to_le_bytes())?;
+        }
+        let mut buf = Vec::with_capacity(64 * 1024);
+        for b in self.blocks.as_slice() {
+            for (i, word) in b.0.iter().enumerate() {
+                let v = word.load(Ordering::Acquire);
+                let v = if i == 7 { v & !LOCK } else { v };
+                buf.extend_from_slice(&v.to_le_bytes());
+            }
+            if buf.len() >= 64 * 1024 {
+                w.write_all(&buf)?;
+                buf.clear();
+            }
+        }
+        w.write_all(&buf)
+    }
+
+    /// Reads a filter written by [`SlicedBloom::write_to`]: `Ok(None)` when it was sized
+    /// differently from `cfg` (its bits cannot be reused), an error when the data is damaged.
+    pub fn read_from(
+        cfg: SlicedBloomConfig,
+        r: &mut dyn std::io::Read,
+    ) -> std::io::Result<Option<SlicedBloom>> {
+        let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string());
+        let mut magic = [0u8; 8];
+        r.read_exact(&mut magic)?;
+        if &magic != SNAPSHOT_MAGIC {
+            return Err(bad("not a nonce filter snapshot"));
+        }
+        let mut word = || -> std::io::Result<u64> {
+            let mut b = [0u8; 8];
+            r.read_exact(&mut b)?;
+            Ok(u64::from_le_bytes(b))
+        };
+        let recorded = SlicedBloomConfig {
+            expected_rps: word()?,
+            slice_ms: word()? as i64,
+            retention_ms: word()? as i64,
+            max_window_ms: word()? as i64,
+            target_fp: f64::from_bits(word()?),
+        };
+        let seed = word()?;
+        let (nslots, nblocks) = (word()?, word()?);
+        if recorded != cfg {
+            return Ok(None);
+        }
+        let f = SlicedBloom::new(cfg, seed);
+        if nslots != f.slots.len() as u64 || nblocks != f.nblocks {
+            return Err(bad("snapshot shape does not match its own sizing"));
+        }
+        for slot in f.slots.iter() {
+            let mut b = [0u8; 8];
+            r.read_exact(&mut b)?;
+            slot.slice.store(i64::from_le_bytes(b), Ordering::Release);
+        }
+        let mut buf = vec![0u8; 64];
+        for b in f.blocks.as_slice() {
+            r.read_exact(&mut buf)?;
+            for (i, word) in b.0.iter().enumerate() {
+                let mut v = [0u8; 8];
+                v.copy_from_slice(&buf[i * 8..i * 8 + 8]);
+                let v = u64::from_le_bytes(v);
+                word.store(if i == 7 { v & !LOCK } else { v }, Ordering::Relaxed);
+            }
+        }
+        Ok(Some(f))
     }
 
     /// Live statistics, estimated from a sample of blocks of every live slot.

@@ -180,6 +180,18 @@ impl LocalFingerprintStore {
     }
 }
 
+impl LocalFingerprintStore {
+    /// The live fingerprints and their expiries (for a snapshot across a restart).
+    pub fn live_entries(&self, now_ms: i64) -> Vec<(u128, i64)> {
+        self.set.live_entries(now_ms)
+    }
+
+    /// Puts back a snapshot's fingerprints; how many were still live.
+    pub fn restore(&self, entries: Vec<(u128, i64)>, now_ms: i64) -> usize {
+        self.set.restore(entries, now_ms)
+    }
+}
+
 impl FingerprintStore for LocalFingerprintStore {
     fn insert_if_absent(
         &self,

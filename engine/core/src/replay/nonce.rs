@@ -87,24 +87,34 @@ pub trait NonceStore: Send + Sync {
 /// never asks for one: unknown apps are refused before any store).
 pub struct PerApp<S: ?Sized> {
     parts: Vec<(String, std::sync::Arc<S>)>,
-    index: hashbrown::HashMap<String, usize>,
+    /// By app id, past a handful of apps (fewer are found by a scan).
+    index: std::collections::HashMap<String, usize>,
 }
 
 impl<S: ?Sized> PerApp<S> {
     pub fn new(parts: Vec<(String, std::sync::Arc<S>)>) -> Self {
-        let index = parts
-            .iter()
-            .enumerate()
-            .map(|(i, (app, _))| (app.clone(), i))
-            .collect();
+        let index = if parts.len() > 8 {
+            parts
+                .iter()
+                .enumerate()
+                .map(|(i, (app, _))| (app.clone(), i))
+                .collect()
+        } else {
+            Default::default()
+        };
         PerApp { parts, index }
     }
 
     /// The store of `app`.
     #[inline]
     pub fn part(&self, app: &str) -> Result<&S, StoreError> {
-        match self.index.get(app) {
-            Some(&i) => Ok(&*self.parts[i].1),
+        let i = if self.index.is_empty() {
+            self.parts.iter().position(|(a, _)| a == app)
+        } else {
+            self.index.get(app).copied()
+        };
+        match i {
+            Some(i) => Ok(&*self.parts[i].1),
             None => Err(StoreError::Invalid(format!("no store for app {app:?}"))),
         }
     }
@@ -180,6 +190,11 @@ impl BloomNonceStore {
     pub fn bloom_stats(&self, now_ms: i64) -> BloomStats {
         self.filter.stats(now_ms)
     }
+
+    /// A store whose filter is `filter` (e.g. read back from a snapshot).
+    pub fn from_filter(filter: SlicedBloom) -> Self {
+        BloomNonceStore { filter }
+    }
 }
 
 fn app_scope(app: &str) -> u64 {
@@ -237,6 +252,18 @@ impl ExactNonceStore {
             set: TtlSet::new(max_entries),
             retention_ms,
         }
+    }
+}
+
+impl ExactNonceStore {
+    /// The live records (`app ‖ 0 ‖ nonce`) and their expiries (for a snapshot across a restart).
+    pub fn live_entries(&self, now_ms: i64) -> Vec<(Box<[u8]>, i64)> {
+        self.set.live_entries(now_ms)
+    }
+
+    /// Puts back a snapshot's records; how many were still live.
+    pub fn restore(&self, entries: Vec<(Box<[u8]>, i64)>, now_ms: i64) -> usize {
+        self.set.restore(entries, now_ms)
     }
 }
 

@@ -98,6 +98,34 @@ impl<K: Hash + Eq> TtlSet<K> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Every entry still live at `now_ms`, with its expiry (for a snapshot).
+    pub fn live_entries(&self, now_ms: i64) -> Vec<(K, i64)>
+    where
+        K: Clone,
+    {
+        let mut out = Vec::with_capacity(self.len());
+        for shard in self.shards.iter() {
+            let t = shard.lock().unwrap_or_else(|e| e.into_inner());
+            out.extend(t.iter().filter(|(_, exp)| *exp > now_ms).cloned());
+        }
+        out
+    }
+
+    /// Puts back entries of a snapshot (those still live at `now_ms`); stops at the size limit.
+    pub fn restore(&self, entries: impl IntoIterator<Item = (K, i64)>, now_ms: i64) -> usize {
+        let mut n = 0;
+        for (k, exp) in entries {
+            if exp > now_ms {
+                match self.insert_if_absent(k, now_ms, exp) {
+                    Ok(true) => n += 1,
+                    Ok(false) => {}
+                    Err(_) => break,
+                }
+            }
+        }
+        n
+    }
 }
 
 #[cfg(test)]

@@ -193,6 +193,15 @@ impl Config {
 }
 
 impl Config {
+    /// Where the local anti-replay stores are saved across restarts (`[state] snapshot_dir`,
+    /// default `replay/` in the control plane's directory).
+    pub fn snapshot_dir(&self) -> PathBuf {
+        self.state
+            .snapshot_dir
+            .clone()
+            .unwrap_or_else(|| self.control_dir().join("replay"))
+    }
+
     /// The control plane's directory (see [`AdminConfig::state_dir`]).
     pub fn control_dir(&self) -> PathBuf {
         self.admin.state_dir.clone().unwrap_or_else(|| {

@@ -79,6 +79,12 @@ pub struct StateConfig {
     pub distinct_on_error: Option<OnStoreError>,
     pub quotas_on_error: Option<OnStoreError>,
     pub reputation_on_error: Option<OnStoreError>,
+    /// Where the local stores are saved on a graceful stop and read back at start
+    /// (`backend = "local"`). Default: `replay/` in `[admin] state_dir`.
+    pub snapshot_dir: Option<std::path::PathBuf>,
+    /// After an unclean stop (nothing saved), refuse the timestamps the engine can no longer
+    /// judge until they fail the window check (`STORE_UNAVAILABLE`); `false` accepts them.
+    pub restart_quarantine: bool,
 }
 
 impl Default for StateConfig {
@@ -111,6 +117,8 @@ impl Default for StateConfig {
             distinct_on_error: None,
             quotas_on_error: None,
             reputation_on_error: None,
+            snapshot_dir: None,
+            restart_quarantine: true,
         }
     }
 }

@@ -144,7 +144,7 @@ pub struct DecisionLog {
 pub const LOCK_FILE: &str = ".lock";
 
 /// Takes the directory's lock, or says who holds it.
-fn lock_dir(dir: &std::path::Path) -> std::io::Result<std::fs::File> {
+pub(crate) fn lock_dir(dir: &std::path::Path) -> std::io::Result<std::fs::File> {
     use std::io::{Read, Seek, Write};
     let path = dir.join(LOCK_FILE);
     let mut f = std::fs::OpenOptions::new()

@@ -3,6 +3,7 @@
 
 pub(crate) mod logging;
 pub(crate) mod peers;
+pub(crate) mod persist;
 pub(crate) mod samples;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -10,10 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rampart_core::replay::fingerprint::{
-    FingerprintStore, LocalFingerprintStore, PerAppFingerprints,
-};
-use rampart_core::replay::nonce::{BloomNonceStore, ExactNonceStore, NonceStore, PerAppNonces};
+use rampart_core::replay::fingerprint::{FingerprintStore, PerAppFingerprints};
+use rampart_core::replay::nonce::{NonceStore, PerAppNonces};
 use rampart_core::rules::{LiveRules, RuleError, RuleSet, RuleState, Source};
 use rampart_core::{Engine, Fallback};
 
@@ -100,6 +99,10 @@ pub struct Runtime {
     redis_nonces: Option<Arc<RedisNonces>>,
     /// Versions, rollout, lists, audit and admin identities.
     pub(crate) control: crate::control::Control,
+    /// The in-process anti-replay stores and where they are saved across restarts
+    /// (`backend = "local"`).
+    persist: Option<(persist::Persist, persist::LocalStores)>,
+    heartbeat: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// Why the engine could not start.
@@ -115,6 +118,8 @@ pub enum StartError {
     Rules { dir: String, errors: Vec<RuleError> },
     #[error("admin: {0}")]
     Control(String),
+    #[error("state snapshot: {0}")]
+    State(String),
 }
 
 /// Compiles the rule set configured in `[rules] dir` (the empty set when there is none).
@@ -178,47 +183,31 @@ impl Runtime {
         rampart_core::waf::warm_up();
         let st = &cfg.raw.state;
         // One store per app, each sized for its app: one app's flood spends its own capacity.
-        let local_nonces = || -> Arc<dyn NonceStore> {
-            let parts = cfg
-                .apps
-                .iter()
-                .map(|a| -> (String, Arc<dyn NonceStore>) {
-                    let id = &a.id;
-                    let store: Arc<dyn NonceStore> = match st.nonce_mode {
-                        NonceMode::Bloom => {
-                            let mut seed = [0u8; 8];
-                            let _ = getrandom::getrandom(&mut seed);
-                            Arc::new(BloomNonceStore::new(
-                                cfg.filter_for(id),
-                                u64::from_le_bytes(seed),
-                            ))
-                        }
-                        NonceMode::Exact => Arc::new(ExactNonceStore::new(
-                            cfg.retention_ms,
-                            cfg.exact_max_entries_for(id),
-                        )),
-                    };
-                    (id.clone(), store)
-                })
-                .collect();
-            Arc::new(PerAppNonces::new(parts))
-        };
-        let local_fingerprints = || -> Arc<dyn FingerprintStore> {
-            let parts = cfg
-                .apps
-                .iter()
-                .map(|a| -> (String, Arc<dyn FingerprintStore>) {
-                    let id = &a.id;
-                    (
-                        id.clone(),
-                        Arc::new(LocalFingerprintStore::new(
-                            cfg.fingerprint_max_entries_for(id),
-                        )),
-                    )
-                })
-                .collect();
-            Arc::new(PerAppFingerprints::new(parts))
-        };
+        let per_app =
+            |l: &persist::LocalStores| -> (Arc<dyn NonceStore>, Arc<dyn FingerprintStore>) {
+                let nonces = l
+                    .nonces
+                    .iter()
+                    .map(|(id, n)| -> (String, Arc<dyn NonceStore>) {
+                        let s: Arc<dyn NonceStore> = match n {
+                            persist::LocalNonces::Bloom(b) => b.clone(),
+                            persist::LocalNonces::Exact(e) => e.clone(),
+                        };
+                        (id.clone(), s)
+                    })
+                    .collect();
+                let fps = l
+                    .fingerprints
+                    .iter()
+                    .map(|(id, f)| -> (String, Arc<dyn FingerprintStore>) {
+                        (id.clone(), f.clone())
+                    })
+                    .collect();
+                (
+                    Arc::new(PerAppNonces::new(nonces)),
+                    Arc::new(PerAppFingerprints::new(fps)),
+                )
+            };
         let redis_mode = st.backend == Backend::Redis;
         let mode = match (redis_mode, st.nonce_mode) {
             (false, NonceMode::Bloom) => "bloom",
@@ -231,6 +220,7 @@ impl Runtime {
         rule_state.reputation.window_ms = cfg.raw.rules.reputation_window_ms;
         rule_state.policies = st.policies();
         rule_state.crs = cfg.crs.clone();
+        let mut local = None;
         let (nonces, fingerprints, redis, redis_nonces): (
             Arc<dyn NonceStore>,
             Arc<dyn FingerprintStore>,
@@ -280,7 +270,12 @@ impl Runtime {
                 Some(rn),
             )
         } else {
-            (local_nonces(), local_fingerprints(), None, None)
+            let (p, prior) = persist::Persist::open(&cfg.raw.snapshot_dir(), now_ms())
+                .map_err(StartError::State)?;
+            let (stores, found) = persist::build(&cfg, prior, now_ms());
+            let (n, f) = per_app(&stores);
+            local = Some((p, stores, found));
+            (n, f, None, None)
         };
         let rules = Arc::new(LiveRules::new(load_rules(&cfg, &rule_state)?));
         let mut engine = Engine::new(cfg.engine_settings(), nonces, fingerprints, rules);
@@ -288,11 +283,48 @@ impl Runtime {
             metrics.track_keys(&app.id, &app.keys.load());
         }
         if redis_mode && st.local_fallback {
+            let (nonces, fingerprints) = per_app(&persist::fresh_stores(&cfg));
             engine = engine.with_fallback(Fallback {
-                nonces: local_nonces(),
-                fingerprints: local_fingerprints(),
+                nonces,
+                fingerprints,
             });
         }
+        let persist = match local {
+            Some((p, stores, found)) => {
+                match found {
+                    persist::Found::Fresh => {}
+                    persist::Found::Restored {
+                        saved_at_ms,
+                        records,
+                    } => tracing::info!(
+                        saved_at_ms,
+                        records,
+                        "read back the nonce and fingerprint stores saved at the last graceful stop"
+                    ),
+                    persist::Found::Unknown { since_ms, why } if st.restart_quarantine => {
+                        let max_window = cfg.apps.iter().map(|a| a.window_ms).max().unwrap_or(0);
+                        tracing::warn!(
+                            since_ms,
+                            until_ms = since_ms.saturating_add(2 * max_window),
+                            reason = %why,
+                            "restart quarantine: the nonce store cannot know what was accepted \
+                             before since_ms; requests whose timestamps could have been accepted \
+                             then are refused with STORE_UNAVAILABLE until until_ms"
+                        );
+                        engine.set_restart_quarantine(since_ms);
+                    }
+                    persist::Found::Unknown { since_ms, why } => tracing::warn!(
+                        since_ms,
+                        reason = %why,
+                        "the nonce store cannot know what was accepted before since_ms, and \
+                         [state] restart_quarantine = false: replays of those requests pass \
+                         until their timestamps leave the window"
+                    ),
+                }
+                Some((p, stores))
+            }
+            None => None,
+        };
         let log = DecisionLog::start(&cfg.raw.decision_log, metrics.clone()).map_err(|err| {
             StartError::DecisionLog {
                 dir: cfg.raw.decision_log.dir.display().to_string(),
@@ -327,6 +359,8 @@ impl Runtime {
             redis,
             redis_nonces,
             control,
+            persist,
+            heartbeat: Mutex::new(None),
         });
         rt.engine.maintain(now_ms());
         rt.import_rules();
@@ -397,6 +431,25 @@ impl Runtime {
     /// ready.
     pub fn start_background(self: &Arc<Self>) {
         crate::runtime::peers::spawn(self);
+        if self.persist.is_some() {
+            // A thread of its own: the heartbeat bounds what an unclean stop can have accepted,
+            // so nothing else may delay it.
+            let rt = self.clone();
+            let h = std::thread::Builder::new()
+                .name("heartbeat".into())
+                .spawn(move || {
+                    while !rt.stop.load(Ordering::Acquire) {
+                        if let Some((p, _)) = &rt.persist {
+                            if let Err(e) = p.heartbeat(now_ms()) {
+                                tracing::error!(error = %e, "cannot write the heartbeat");
+                            }
+                        }
+                        std::thread::sleep(Duration::from_millis(persist::HEARTBEAT_MS));
+                    }
+                })
+                .expect("spawn heartbeat thread");
+            *self.heartbeat.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+        }
         let rt = self.clone();
         let tick = Duration::from_millis((self.config.filter.slice_ms / 4).clamp(5, 50) as u64);
         let rules = &self.config.raw.rules;
@@ -502,6 +555,24 @@ impl Runtime {
             .take()
         {
             let _ = h.join();
+        }
+        if let Some(h) = self
+            .heartbeat
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = h.join();
+        }
+        // The server has stopped taking requests: save the local stores for the next start.
+        if let Some((p, stores)) = &self.persist {
+            match p.save(stores, now_ms()) {
+                Ok(records) => tracing::info!(records, "saved the nonce and fingerprint stores"),
+                Err(e) => tracing::error!(
+                    error = %e,
+                    "cannot save the nonce and fingerprint stores: the next start quarantines"
+                ),
+            }
         }
         self.log.shutdown();
     }

@@ -12,9 +12,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// The `rampart` binary. Cargo names it to the server's own tests; other packages' tests (the
-/// pipeline's) find it in the same target directory as their own executable.
+/// The `rampart` binary: `RAMPART_BIN` when set; else the one Cargo names to the server's own
+/// tests; other packages' tests (the pipeline's) find it in the same target directory as their
+/// own executable.
 pub fn bin() -> PathBuf {
+    // Another build under test (e.g. an earlier commit's, to see a new test fail on it).
+    if let Some(p) = std::env::var_os("RAMPART_BIN") {
+        return PathBuf::from(p);
+    }
     if let Some(p) = option_env!("CARGO_BIN_EXE_rampart") {
         return PathBuf::from(p);
     }

@@ -264,3 +264,39 @@ fn a_probe_stalled_across_a_recycle_never_erases_the_new_slice() {
     );
     assert_eq!(f.check_and_insert(k_new, ts_new, now_new), Probe::Seen);
 }
+
+#[test]
+fn a_snapshot_keeps_every_nonce_and_refuses_another_sizing() {
+    let c = cfg(10_000, 1000, 1e-6);
+    let f = SlicedBloom::new(c, 99);
+    f.maintain(50_000);
+    let keys: Vec<u128> = (0..500u64).map(|i| f.hash(3, &i.to_le_bytes())).collect();
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(
+            f.check_and_insert(*k, 49_500 + i as i64, 50_000),
+            Probe::New
+        );
+    }
+    let mut buf = Vec::new();
+    f.write_to(&mut buf).unwrap();
+    let g = SlicedBloom::read_from(c, &mut buf.as_slice())
+        .unwrap()
+        .unwrap();
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(
+            g.check_and_insert(*k, 49_500 + i as i64, 50_001),
+            Probe::Seen
+        );
+    }
+    // The same seed: a fresh key hashes the same in both.
+    assert_eq!(f.hash(3, b"fresh"), g.hash(3, b"fresh"));
+    let other = SlicedBloomConfig {
+        expected_rps: 20_000,
+        ..c
+    };
+    assert!(SlicedBloom::read_from(other, &mut buf.as_slice())
+        .unwrap()
+        .is_none());
+    assert!(SlicedBloom::read_from(c, &mut &buf[..buf.len() - 1]).is_err());
+    assert!(SlicedBloom::read_from(c, &mut &b"garbage!"[..]).is_err());
+}
