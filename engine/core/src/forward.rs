@@ -3,6 +3,7 @@
 //! fuzzed: every header comes from the proxy, and most of them from the end user.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 use crate::model::{DecideRequest, JudgedRequest};
 
@@ -40,6 +41,116 @@ impl ForwardError {
     }
 }
 
+/// Which proxy is in front of `/v1/authz`, hence which headers carry the original method and URI
+/// (`[server] proxy_headers`). Only that proxy's family is read: a header of another family is
+/// whatever the client sent, passed through by the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyFamily {
+    /// nginx `auth_request`: `X-Original-Method`, `X-Original-URI`.
+    #[default]
+    Nginx,
+    /// Traefik `ForwardAuth`: `X-Forwarded-Method`, `X-Forwarded-Uri`.
+    Traefik,
+    /// Envoy `ext_authz` (HTTP): the check request's own method, and its path after `/v1/authz`.
+    Envoy,
+}
+
+impl ProxyFamily {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ProxyFamily::Nginx => "nginx",
+            ProxyFamily::Traefik => "traefik",
+            ProxyFamily::Envoy => "envoy",
+        }
+    }
+}
+
+/// An address block (`10.0.0.0/8`, `::1/128`, or a bare address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpNet {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl IpNet {
+    /// Parses `addr` or `addr/prefix`.
+    pub fn parse(s: &str) -> Option<IpNet> {
+        let (a, p) = match s.trim().split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s.trim(), None),
+        };
+        let addr: IpAddr = a.parse().ok()?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max)?,
+            None => max,
+        };
+        Some(IpNet { addr, prefix })
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match (self.addr, ip) {
+            (IpAddr::V4(_), IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => return false,
+            },
+            (_, ip) => ip,
+        };
+        let (a, b, bits) = match (self.addr, ip) {
+            (IpAddr::V4(a), IpAddr::V4(b)) => (u32::from(a) as u128, u32::from(b) as u128, 32),
+            (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(a), u128::from(b), 128),
+            _ => return false,
+        };
+        let shift = bits - self.prefix as u32;
+        shift >= bits || (a >> shift) == (b >> shift)
+    }
+}
+
+/// Whose addresses the chain of `X-Forwarded-For` entries and the TCP peer is believed from
+/// (`[server] trusted_proxies`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TrustedProxies {
+    /// The right-most `n` hops (the TCP peer is the first) are proxies: the client is the hop
+    /// before them (the left-most when there are fewer).
+    Hops(u32),
+    /// Hops whose address is in one of these blocks are proxies: walking from the peer to the
+    /// left, the client is the first address outside them (the left-most when all are inside).
+    Nets(Vec<IpNet>),
+}
+
+impl Default for TrustedProxies {
+    /// A proxy on this host (loopback) is trusted, no other.
+    fn default() -> Self {
+        TrustedProxies::Nets(vec![
+            IpNet::parse("127.0.0.0/8").expect("net"),
+            IpNet::parse("::1/128").expect("net"),
+        ])
+    }
+}
+
+/// What a check request's proxy headers are believed for.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProxyTrust {
+    pub family: ProxyFamily,
+    pub proxies: TrustedProxies,
+}
+
+/// An address of the forwarding chain: a bare address, or one with a port (`1.2.3.4:5`,
+/// `[::1]:5`).
+fn chain_ip(s: &str) -> Option<IpAddr> {
+    let s = s.trim();
+    if let Ok(ip) = s.parse() {
+        return Some(ip);
+    }
+    if let Some(rest) = s.strip_prefix('[') {
+        return rest.split_once(']').and_then(|(a, _)| a.parse().ok());
+    }
+    s.rsplit_once(':')
+        .filter(|(a, _)| !a.contains(':'))
+        .and_then(|(a, _)| a.parse().ok())
+}
+
 /// Headers a check request may carry once only: the app, and the anti-replay headers.
 const SINGLE_HEADERS: [&str; 5] = [
     "x-app",
@@ -59,13 +170,64 @@ impl CheckRequest<'_> {
             .find(|v| !v.is_empty())
     }
 
-    /// The decide request: the original method and URI from `X-Original-*` (nginx) or
-    /// `X-Forwarded-*` (Traefik), else the check request's own after `/v1/authz` (Envoy); the
-    /// client from the first `X-Forwarded-For` entry, `X-Real-IP`, else the peer; user, device and
-    /// client attributes from `X-User-Id`, `X-Device-Id`, `X-Ja3`, `X-Country`, `X-Isp`,
-    /// `X-Device-Type`; every header for the signature and the rules. Proxies do not forward the
-    /// body: the client's declared `X-Content-SHA256` stands for it.
+    /// [`CheckRequest::to_decide_trusting`] with the default trust: nginx headers, loopback
+    /// proxies.
     pub fn to_decide(&self) -> Result<DecideRequest, ForwardError> {
+        self.to_decide_trusting(&ProxyTrust::default())
+    }
+
+    /// The client's address: the forwarding chain is every `X-Forwarded-For` entry (else
+    /// `X-Real-IP`), then the TCP peer; the right-most address that is not a trusted proxy.
+    fn client_ip(&self, trust: &TrustedProxies) -> Option<String> {
+        let mut chain: Vec<&str> = self
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("x-forwarded-for"))
+            .flat_map(|(_, v)| v.split(','))
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .collect();
+        if chain.is_empty() {
+            chain.extend(self.header("x-real-ip"));
+        }
+        // Without a peer (an in-process call) the right-most hop is taken to be a proxy.
+        let peer = self.peer_ip;
+        let mut hops: Vec<Option<&str>> = chain.into_iter().map(Some).collect();
+        hops.push(peer);
+        let pick = |i: usize| -> Option<String> {
+            // An entry that is no address (a proxy wrote garbage) is not believed: the hop to
+            // its right, which the next proxy saw, stands for the client.
+            hops[i..]
+                .iter()
+                .flatten()
+                .find_map(|h| chain_ip(h))
+                .map(|ip| ip.to_string())
+        };
+        let idx = match trust {
+            TrustedProxies::Hops(n) => hops.len().saturating_sub(1 + *n as usize),
+            TrustedProxies::Nets(nets) => (0..hops.len())
+                .rev()
+                .find(|&i| match hops[i] {
+                    None => false,
+                    Some(h) => match chain_ip(h) {
+                        Some(ip) => !nets.iter().any(|n| n.contains(ip)),
+                        None => true,
+                    },
+                })
+                .unwrap_or(0),
+        };
+        pick(idx)
+    }
+
+    /// The decide request: the original method and URI from the headers of the proxy family in
+    /// `trust` (`X-Original-*` for nginx, `X-Forwarded-*` for Traefik), else the check request's
+    /// own after `/v1/authz` (Envoy, and a family header that is missing); the client's address as
+    /// the right-most untrusted hop of `X-Forwarded-For` (else `X-Real-IP`) and the TCP peer;
+    /// user, device and client attributes from `X-User-Id`, `X-Device-Id`, `X-Ja3`, `X-Country`,
+    /// `X-Isp`, `X-Device-Type` (the proxy must set or strip them: see the samples); every header
+    /// for the signature and the rules. Proxies do not forward the body: the client's declared
+    /// `X-Content-SHA256` stands for it.
+    pub fn to_decide_trusting(&self, trust: &ProxyTrust) -> Result<DecideRequest, ForwardError> {
         for name in SINGLE_HEADERS {
             let n = self
                 .headers
@@ -77,15 +239,16 @@ impl CheckRequest<'_> {
             }
         }
         let app = self.header("x-app").ok_or(ForwardError::NoApp)?;
-        let method = self
-            .header("x-original-method")
-            .or_else(|| self.header("x-forwarded-method"))
+        let (method_header, uri_header) = match trust.family {
+            ProxyFamily::Nginx => (Some("x-original-method"), Some("x-original-uri")),
+            ProxyFamily::Traefik => (Some("x-forwarded-method"), Some("x-forwarded-uri")),
+            ProxyFamily::Envoy => (None, None),
+        };
+        let method = method_header
+            .and_then(|h| self.header(h))
             .unwrap_or(self.method)
             .to_string();
-        let uri = match self
-            .header("x-original-uri")
-            .or_else(|| self.header("x-forwarded-uri"))
-        {
+        let uri = match uri_header.and_then(|h| self.header(h)) {
             Some(u) => u.to_string(),
             None => {
                 let full = self.path_and_query;
@@ -104,14 +267,7 @@ impl CheckRequest<'_> {
         if !path.starts_with('/') {
             return Err(ForwardError::NotAbsolute);
         }
-        let ip = self
-            .header("x-forwarded-for")
-            .and_then(|v| v.split(',').next())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .or_else(|| self.header("x-real-ip"))
-            .or(self.peer_ip)
-            .map(str::to_string);
+        let ip = self.client_ip(&trust.proxies);
         // Last value wins, as in a header map.
         let headers: HashMap<String, String> = self
             .headers
@@ -158,6 +314,14 @@ mod tests {
         }
     }
 
+    fn trust(family: ProxyFamily, proxies: TrustedProxies) -> ProxyTrust {
+        ProxyTrust { family, proxies }
+    }
+
+    fn nets(list: &[&str]) -> TrustedProxies {
+        TrustedProxies::Nets(list.iter().map(|n| IpNet::parse(n).unwrap()).collect())
+    }
+
     #[test]
     fn nginx_traefik_and_envoy_shapes() {
         let h = [
@@ -167,7 +331,8 @@ mod tests {
             ("X-Forwarded-For", " 198.51.100.7 , 10.0.0.2"),
             ("X-User-Id", "u1"),
         ];
-        let d = check(&h, "/v1/authz").to_decide().unwrap();
+        let t = trust(ProxyFamily::Nginx, nets(&["10.0.0.0/8"]));
+        let d = check(&h, "/v1/authz").to_decide_trusting(&t).unwrap();
         assert_eq!(
             (
                 d.app.as_str(),
@@ -183,27 +348,160 @@ mod tests {
 
         let h = [
             ("x-app", "shop"),
+            ("x-forwarded-method", "PUT"),
             ("x-forwarded-uri", "/t"),
             ("x-real-ip", "192.0.2.1"),
         ];
-        let d = check(&h, "/v1/authz").to_decide().unwrap();
+        let t = trust(ProxyFamily::Traefik, TrustedProxies::Hops(1));
+        let d = check(&h, "/v1/authz").to_decide_trusting(&t).unwrap();
         assert_eq!(
-            (d.request.path.as_str(), d.client.ip.as_deref()),
-            ("/t", Some("192.0.2.1"))
+            (
+                d.request.method.as_str(),
+                d.request.path.as_str(),
+                d.client.ip.as_deref()
+            ),
+            ("PUT", "/t", Some("192.0.2.1"))
         );
 
         let h = [("x-app", "shop")];
-        let d = check(&h, "/v1/authz/orders/9?x=1").to_decide().unwrap();
+        let t = trust(ProxyFamily::Envoy, TrustedProxies::default());
+        let d = check(&h, "/v1/authz/orders/9?x=1")
+            .to_decide_trusting(&t)
+            .unwrap();
         assert_eq!(
             (d.request.path.as_str(), d.request.query.as_str()),
             ("/orders/9", "x=1")
         );
         assert_eq!(d.client.ip.as_deref(), Some("10.0.0.1"));
-        let d = check(&h, "/v1/authz?x=1").to_decide().unwrap();
+        let d = check(&h, "/v1/authz?x=1").to_decide_trusting(&t).unwrap();
         assert_eq!(
             (d.request.path.as_str(), d.request.query.as_str()),
             ("/", "x=1")
         );
+    }
+
+    #[test]
+    fn only_the_configured_family_and_the_right_most_untrusted_hop_are_believed() {
+        // A client behind nginx sends Traefik's headers: nginx passes them through, they are
+        // not read.
+        let h = [
+            ("x-app", "shop"),
+            ("x-original-method", "GET"),
+            ("x-original-uri", "/api/items"),
+            ("x-forwarded-method", "DELETE"),
+            ("x-forwarded-uri", "/admin/wipe"),
+        ];
+        let d = check(&h, "/v1/authz").to_decide().unwrap();
+        assert_eq!(
+            (d.request.method.as_str(), d.request.path.as_str()),
+            ("GET", "/api/items")
+        );
+        // A client behind Traefik sends nginx's headers: not read either.
+        let h = [
+            ("x-app", "shop"),
+            ("x-original-method", "DELETE"),
+            ("x-original-uri", "/admin/wipe"),
+            ("x-forwarded-method", "GET"),
+            ("x-forwarded-uri", "/api/items"),
+        ];
+        let t = trust(ProxyFamily::Traefik, TrustedProxies::default());
+        let d = check(&h, "/v1/authz").to_decide_trusting(&t).unwrap();
+        assert_eq!(
+            (d.request.method.as_str(), d.request.path.as_str()),
+            ("GET", "/api/items")
+        );
+        // Behind Envoy neither family is read.
+        let t = trust(ProxyFamily::Envoy, TrustedProxies::default());
+        let d = check(&h, "/v1/authz/api/cart")
+            .to_decide_trusting(&t)
+            .unwrap();
+        assert_eq!(
+            (d.request.method.as_str(), d.request.path.as_str()),
+            ("GET", "/api/cart")
+        );
+
+        // The client prepends a forged address; the proxies append what they saw.
+        let xff = [
+            ("x-app", "shop"),
+            ("x-forwarded-for", "6.6.6.6, 198.51.100.7"),
+            ("x-forwarded-for", "10.0.0.2"),
+        ];
+        let ip = |h: &[(&str, &str)], peer: Option<&str>, p: TrustedProxies| {
+            CheckRequest {
+                headers: h,
+                method: "GET",
+                path_and_query: "/v1/authz",
+                peer_ip: peer,
+            }
+            .to_decide_trusting(&trust(ProxyFamily::Nginx, p))
+            .unwrap()
+            .client
+            .ip
+        };
+        let peer = Some("10.0.0.1");
+        assert_eq!(
+            ip(&xff, peer, nets(&["10.0.0.0/8"])).as_deref(),
+            Some("198.51.100.7")
+        );
+        assert_eq!(
+            ip(&xff, peer, TrustedProxies::Hops(2)).as_deref(),
+            Some("198.51.100.7")
+        );
+        assert_eq!(
+            ip(&xff, peer, TrustedProxies::Hops(1)).as_deref(),
+            Some("10.0.0.2")
+        );
+        // Nobody trusted: the peer itself; everyone trusted: the left-most.
+        assert_eq!(
+            ip(&xff, peer, TrustedProxies::Hops(0)).as_deref(),
+            Some("10.0.0.1")
+        );
+        assert_eq!(ip(&xff, peer, nets(&[])).as_deref(), Some("10.0.0.1"));
+        assert_eq!(
+            ip(&xff, peer, nets(&["0.0.0.0/0"])).as_deref(),
+            Some("6.6.6.6")
+        );
+        // The default trusts a proxy on loopback only: a remote peer's headers are not believed.
+        assert_eq!(
+            ip(&xff, peer, TrustedProxies::default()).as_deref(),
+            Some("10.0.0.1")
+        );
+        let local = [
+            ("x-app", "shop"),
+            ("x-forwarded-for", "6.6.6.6, 203.0.113.9"),
+        ];
+        assert_eq!(
+            ip(&local, Some("127.0.0.1"), TrustedProxies::default()).as_deref(),
+            Some("203.0.113.9")
+        );
+        // X-Real-IP only without X-Forwarded-For; garbage stands for nothing.
+        let both = [
+            ("x-app", "shop"),
+            ("x-real-ip", "6.6.6.6"),
+            ("x-forwarded-for", "203.0.113.9"),
+        ];
+        assert_eq!(
+            ip(&both, Some("127.0.0.1"), TrustedProxies::default()).as_deref(),
+            Some("203.0.113.9")
+        );
+        let junk = [("x-app", "shop"), ("x-forwarded-for", "not-an-ip")];
+        assert_eq!(
+            ip(&junk, Some("127.0.0.1"), TrustedProxies::Hops(1)).as_deref(),
+            Some("127.0.0.1")
+        );
+        let ported = [
+            ("x-app", "shop"),
+            ("x-forwarded-for", "[2001:db8::1]:443, 192.0.2.4:80"),
+        ];
+        assert_eq!(
+            ip(&ported, Some("::1"), TrustedProxies::Hops(1)).as_deref(),
+            Some("192.0.2.4")
+        );
+        assert!(IpNet::parse("10.0.0.0/33").is_none() && IpNet::parse("x").is_none());
+        assert!(IpNet::parse("::ffff:0:0/96").is_some());
+        assert!(IpNet::parse("10.0.0.0/8")
+            .unwrap()
+            .contains("::ffff:10.1.2.3".parse().unwrap()));
     }
 
     #[test]
@@ -223,7 +521,8 @@ mod tests {
             check(&h, "/v1/authz").to_decide().unwrap_err(),
             ForwardError::NotAbsolute
         );
-        // An empty X-Forwarded-For entry falls through to the next source.
+        // The peer is no trusted proxy (the default trusts loopback only): its forwarding headers
+        // are not believed, whatever they hold.
         let h = [("x-app", "a"), ("x-forwarded-for", ", 1.2.3.4")];
         assert_eq!(
             check(&h, "/v1/authz")

@@ -593,7 +593,8 @@ fn authz_call(nonce: &str, uri: &str, content_sha: Option<&str>) -> test::TestRe
         .insert_header(("X-App", "shop"))
         .insert_header(("X-Original-Method", "POST"))
         .insert_header(("X-Original-URI", uri))
-        .insert_header(("X-Forwarded-For", "198.51.100.44, 10.0.0.1"))
+        // A forged left-most entry, the client as the proxy saw it, the proxy.
+        .insert_header(("X-Forwarded-For", "6.6.6.6, 198.51.100.44, 10.0.0.1"))
         .insert_header(("User-Agent", "Mozilla/5.0 forward-auth test"))
         .insert_header(("x-timestamp", h.timestamp))
         .insert_header(("x-nonce", h.nonce))
@@ -660,7 +661,10 @@ async fn forward_auth_retries_of_one_body_are_one_submission() {
 
 #[actix_web::test]
 async fn forward_auth_allows_then_stops_the_replay_with_its_status_and_headers() {
-    let rt = runtime("authz", "[rules]\ndefaults = false\n");
+    let rt = runtime(
+        "authz",
+        "[rules]\ndefaults = false\n[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\n",
+    );
     let app = app!(rt);
     let first = test::call_service(
         &app,
@@ -679,7 +683,8 @@ async fn forward_auth_allows_then_stops_the_replay_with_its_status_and_headers()
     assert_eq!(hdr(replay.headers(), "x-rampart-decision"), "deny");
     assert_eq!(hdr(replay.headers(), "x-rampart-code"), "REPLAY_DUPLICATE");
     assert_eq!(hdr(replay.headers(), "x-rampart-status"), "409");
-    // The client IP is the first X-Forwarded-For entry; the row records it.
+    // The client IP is the right-most X-Forwarded-For entry that is no trusted proxy
+    // (`trusted_proxies = ["10.0.0.0/8"]`); the row records it.
     rt.log.flush();
     let recent = rt.log.recent(2);
     assert_eq!(recent[0].ip.as_deref(), Some("198.51.100.44"));
@@ -737,7 +742,10 @@ async fn forward_auth_allows_then_stops_the_replay_with_its_status_and_headers()
 
 #[actix_web::test]
 async fn forward_auth_as_envoy_sends_it_reads_the_original_path_after_the_prefix() {
-    let rt = runtime("authz-envoy", "[rules]\ndefaults = false\n");
+    let rt = runtime(
+        "authz-envoy",
+        "[rules]\ndefaults = false\n[server]\nproxy_headers = \"envoy\"\n",
+    );
     let app = app!(rt);
     let h = sign(
         b"s3cret",

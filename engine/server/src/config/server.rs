@@ -33,6 +33,19 @@ pub struct ServerConfig {
     pub tls_cert_file: Option<PathBuf>,
     /// PEM private key (PKCS#8, PKCS#1 or SEC1) of the certificate.
     pub tls_key_file: Option<PathBuf>,
+    /// Which proxy sends `/v1/authz` calls: whose headers carry the original method and URI.
+    pub proxy_headers: rampart_core::forward::ProxyFamily,
+    /// Which hops of `X-Forwarded-For` and the TCP peer of `/v1/authz` are proxies: a number of
+    /// hops, or address blocks. Absent: a proxy on loopback.
+    pub trusted_proxies: Option<TrustedProxiesConfig>,
+}
+
+/// `[server] trusted_proxies`: `2` (the two right-most hops) or `["10.0.0.0/8", "::1"]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum TrustedProxiesConfig {
+    Hops(u32),
+    Nets(Vec<String>),
 }
 
 impl Default for ServerConfig {
@@ -53,6 +66,8 @@ impl Default for ServerConfig {
             instance: String::new(),
             tls_cert_file: None,
             tls_key_file: None,
+            proxy_headers: Default::default(),
+            trusted_proxies: None,
         }
     }
 }
@@ -97,10 +112,39 @@ impl ServerConfig {
         if self.max_batch_items == 0 {
             errs.push("server.max_batch_items must be at least 1".into());
         }
+        if let Some(TrustedProxiesConfig::Nets(nets)) = &self.trusted_proxies {
+            for n in nets {
+                if rampart_core::forward::IpNet::parse(n).is_none() {
+                    errs.push(format!(
+                        "server.trusted_proxies: {n:?} is not an address or a block like 10.0.0.0/8"
+                    ));
+                }
+            }
+        }
+        if matches!(self.trusted_proxies, Some(TrustedProxiesConfig::Hops(n)) if n > 16) {
+            errs.push(
+                "server.trusted_proxies must be 0–16 hops, or a list of address blocks".into(),
+            );
+        }
         if ![401, 403].contains(&self.challenge_status) {
             errs.push("server.challenge_status must be 401 or 403".into());
         }
         listen
+    }
+
+    /// What `/v1/authz` believes of the proxy headers (checked by [`ServerConfig::check`]).
+    pub fn proxy_trust(&self) -> rampart_core::forward::ProxyTrust {
+        use rampart_core::forward::{IpNet, TrustedProxies};
+        rampart_core::forward::ProxyTrust {
+            family: self.proxy_headers,
+            proxies: match &self.trusted_proxies {
+                None => TrustedProxies::default(),
+                Some(TrustedProxiesConfig::Hops(n)) => TrustedProxies::Hops(*n),
+                Some(TrustedProxiesConfig::Nets(v)) => {
+                    TrustedProxies::Nets(v.iter().filter_map(|n| IpNet::parse(n)).collect())
+                }
+            },
+        }
     }
 
     /// The TLS files go together. Checked after every other section, so the problems keep the

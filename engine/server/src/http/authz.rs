@@ -10,7 +10,10 @@ use rampart_core::DecideRequest;
 use std::time::Instant;
 
 /// The decide request a forward-auth call describes (`rampart_core::forward`).
-pub(super) fn authz_request(req: &HttpRequest) -> Result<DecideRequest, ApiError> {
+pub(super) fn authz_request(
+    req: &HttpRequest,
+    trust: &rampart_core::forward::ProxyTrust,
+) -> Result<DecideRequest, ApiError> {
     let headers: Vec<(&str, &str)> = req
         .headers()
         .iter()
@@ -23,7 +26,7 @@ pub(super) fn authz_request(req: &HttpRequest) -> Result<DecideRequest, ApiError
         path_and_query: req.uri().path_and_query().map_or("/", |p| p.as_str()),
         peer_ip: peer.as_deref(),
     }
-    .to_decide()
+    .to_decide_trusting(trust)
     .map_err(|e| ApiError::new(400, e.code(), e.to_string()))
 }
 
@@ -31,7 +34,7 @@ pub(super) fn authz_request(req: &HttpRequest) -> Result<DecideRequest, ApiError
 /// decision in `X-Rampart-*` headers (and the body).
 pub(super) async fn authz(rt: web::Data<Runtime>, req: HttpRequest) -> HttpResponse {
     let started = Instant::now();
-    let answer = authz_request(&req)
+    let answer = authz_request(&req, &rt.proxy_trust)
         .inspect_err(|e| rt.metrics.api_error(e.code))
         .and_then(|d| judge(&rt, d, started));
     match answer {

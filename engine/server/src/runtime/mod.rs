@@ -90,6 +90,9 @@ pub struct Runtime {
     pub(crate) ids: IdGen,
     pub(crate) ready: AtomicBool,
     pub config: Validated,
+    /// What `/v1/authz` believes of the proxy headers (`[server] proxy_headers`,
+    /// `trusted_proxies`).
+    pub(crate) proxy_trust: rampart_core::forward::ProxyTrust,
     /// State of the counting rule helpers (rate limits, counters); survives rule set swaps.
     pub(crate) rule_state: RuleState,
     stop: AtomicBool,
@@ -345,6 +348,7 @@ impl Runtime {
             max_header_bytes: s.max_header_bytes,
         };
         let rt = Arc::new(Runtime {
+            proxy_trust: cfg.raw.server.proxy_trust(),
             engine,
             metrics,
             log,
