@@ -15,6 +15,8 @@ pub struct ApiError {
     pub details: Option<serde_json::Value>,
     /// Sent as `Retry-After` (seconds, rounded up).
     pub retry_after_ms: Option<i64>,
+    /// Close the connection after answering (a client that cannot finish its request).
+    pub close: bool,
 }
 
 impl ApiError {
@@ -25,7 +27,14 @@ impl ApiError {
             message: message.into(),
             details: None,
             retry_after_ms: None,
+            close: false,
         }
+    }
+
+    /// The connection is closed after this answer.
+    pub fn closing(mut self) -> Self {
+        self.close = true;
+        self
     }
 
     pub fn with_details(mut self, details: serde_json::Value) -> Self {
@@ -53,6 +62,9 @@ impl ResponseError for ApiError {
     }
     fn error_response(&self) -> HttpResponse {
         let mut r = HttpResponse::build(self.status_code());
+        if self.close {
+            r.force_close();
+        }
         if let Some(ms) = self.retry_after_ms {
             r.insert_header(("retry-after", ((ms.max(0) + 999) / 1000).to_string()));
         }

@@ -146,3 +146,69 @@ fn bodies_in_chunks_are_joined_and_held_to_the_limit() {
     );
     assert!(status.contains(" 404 "), "{status} {v}");
 }
+
+/// A client that sends its head and then drips (or withholds) its body is answered `408
+/// BODY_TIMEOUT` and cut off after `client_body_timeout_ms` (default 5 s), not held forever.
+#[test]
+fn a_body_that_never_arrives_is_cut_off_with_408() {
+    let d = temp_dir("drip");
+    let e = Engine::start(
+        &d,
+        "drip",
+        "[[apps]]\nid = \"shop\"\nsecret = \"drip-secret\"\n",
+    );
+    let addr = e.base.trim_start_matches("http://").to_string();
+    let started = std::time::Instant::now();
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.write_all(
+        b"POST /v1/decide HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+          Content-Length: 1000\r\n\r\n{\"app\":",
+    )
+    .unwrap();
+    // A byte now and then, never the whole body.
+    let mut dripper = s.try_clone().unwrap();
+    std::thread::spawn(move || {
+        for _ in 0..40 {
+            std::thread::sleep(Duration::from_millis(250));
+            if dripper.write_all(b" ").is_err() {
+                return;
+            }
+        }
+    });
+    s.set_read_timeout(Some(Duration::from_secs(9))).unwrap();
+    let mut buf = Vec::new();
+    let r = s.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    assert!(
+        r.is_ok(),
+        "the dripping connection was kept open: {r:?} {text}"
+    );
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("BODY_TIMEOUT"), "{text}");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(4500), "{took:?}");
+    assert!(took < Duration::from_secs(8), "{took:?}");
+}
+
+/// A batch item is held to `max_body_bytes` (a single decide body's limit), not to the whole
+/// batch's: the big item is answered `BODY_TOO_LARGE` in its place, the others are judged.
+#[test]
+fn a_batch_item_larger_than_a_decide_body_is_refused_in_its_place() {
+    let d = temp_dir("batch-item");
+    let e = Engine::start_with_env(
+        &d,
+        "batch-item",
+        "[[apps]]\nid = \"shop\"\nsecret = \"batch-secret\"\n",
+        &[("RAMPART_SERVER_MAX_BODY_BYTES", "4096")],
+    );
+    let big = serde_json::json!({"app": "shop", "params": {"pad": "x".repeat(10_000)}});
+    let small = serde_json::json!({"app": "shop"});
+    let (status, v) = support::post(
+        &format!("{}/v1/decide/batch", e.base),
+        &serde_json::json!([small, big, small]),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert!(v[0]["code"].is_string(), "judged: {v}");
+    assert_eq!(v[1]["error"]["code"], "BODY_TOO_LARGE", "{}", v[1]);
+    assert!(v[2]["code"].is_string(), "judged: {v}");
+}

@@ -22,6 +22,9 @@ pub struct ServerConfig {
     pub max_connection_rate: usize,
     /// Time a client has to send a whole request head; slower → 408 and the connection closed.
     pub client_request_timeout_ms: u64,
+    /// Time a client has to send a whole request body once its head has arrived; slower → 408
+    /// and the connection closed.
+    pub client_body_timeout_ms: u64,
     /// Time to finish closing a connection after the response; then it is dropped.
     pub client_disconnect_timeout_ms: u64,
     /// Idle keep-alive time of a connection between requests; 0 = no keep-alive.
@@ -60,6 +63,7 @@ impl Default for ServerConfig {
             max_connections: 25_000,
             max_connection_rate: 256,
             client_request_timeout_ms: 5_000,
+            client_body_timeout_ms: 5_000,
             client_disconnect_timeout_ms: 1_000,
             keep_alive_ms: 5_000,
             challenge_status: 401,
@@ -102,6 +106,9 @@ impl ServerConfig {
         // a deadline can already have passed when the head arrives.
         if !(1_000..=60_000).contains(&self.client_request_timeout_ms) {
             errs.push("server.client_request_timeout_ms must be 1000–60000".into());
+        }
+        if !(100..=60_000).contains(&self.client_body_timeout_ms) {
+            errs.push("server.client_body_timeout_ms must be 100–60000".into());
         }
         if self.client_disconnect_timeout_ms > 60_000 {
             errs.push("server.client_disconnect_timeout_ms must be ≤ 60000".into());

@@ -1,12 +1,39 @@
-//! Request bodies and headers within their limits: the body read with its size bound, the header
-//! block's size checked before a handler runs.
+//! Request bodies and headers within their limits: the body read with its size bound and its
+//! deadline, the header block's size checked before a handler runs.
 
 use crate::error::ApiError;
 use crate::runtime::Runtime;
 use actix_web::{web, HttpRequest, ResponseError};
 use futures_core::Stream as _;
 
+/// Reads a request body of at most `limit` bytes (`413 BODY_TOO_LARGE`), which must arrive whole
+/// within `[server] client_body_timeout_ms` (`408 BODY_TIMEOUT`, and the connection is closed): a
+/// client that drips its body holds a connection for that long at most.
 pub(crate) async fn read_body(
+    rt: &Runtime,
+    req: &HttpRequest,
+    payload: web::Payload,
+    limit: usize,
+) -> Result<web::Bytes, ApiError> {
+    let deadline = rt.limits.body_timeout;
+    match tokio::time::timeout(deadline, read_body_unbounded(rt, req, payload, limit)).await {
+        Ok(r) => r,
+        Err(_) => {
+            rt.metrics.api_error("BODY_TIMEOUT");
+            Err(ApiError::new(
+                408,
+                "BODY_TIMEOUT",
+                format!(
+                    "the request body did not arrive within {} ms",
+                    deadline.as_millis()
+                ),
+            )
+            .closing())
+        }
+    }
+}
+
+async fn read_body_unbounded(
     rt: &Runtime,
     req: &HttpRequest,
     mut payload: web::Payload,

@@ -250,11 +250,24 @@ pub(super) async fn decide_batch(
         ));
     }
     let mut out = Vec::with_capacity(items.len());
-    for item in items {
+    let max_item = rt.limits.max_body_bytes;
+    for (i, item) in items.into_iter().enumerate() {
         let started = Instant::now();
-        let answer = serde_json::from_str::<DecideRequest>(item.get())
-            .map_err(json_error)
-            .and_then(|r| judge(&rt, r, started));
+        // Each item is held to the limit of a single decide body, not the whole batch's.
+        let answer = if item.get().len() > max_item {
+            Err(ApiError::new(
+                413,
+                "BODY_TOO_LARGE",
+                format!(
+                    "batch item {i} is {} bytes; an item may be at most max_body_bytes = {max_item}",
+                    item.get().len()
+                ),
+            ))
+        } else {
+            serde_json::from_str::<DecideRequest>(item.get())
+                .map_err(json_error)
+                .and_then(|r| judge(&rt, r, started))
+        };
         out.push(match answer {
             Ok(d) => serde_json::to_value(d).unwrap_or_default(),
             Err(e) => {

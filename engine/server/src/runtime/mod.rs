@@ -31,6 +31,8 @@ pub(crate) struct Limits {
     pub max_batch_body_bytes: usize,
     pub max_batch_items: usize,
     pub max_header_bytes: usize,
+    /// Time a client has to send a whole request body, once its head has arrived.
+    pub body_timeout: Duration,
 }
 
 /// Decision ids: UUIDv7 (48-bit Unix ms of the decision's own clock, then random bits from a
@@ -346,6 +348,7 @@ impl Runtime {
             max_batch_body_bytes: s.max_batch_body_bytes,
             max_batch_items: s.max_batch_items,
             max_header_bytes: s.max_header_bytes,
+            body_timeout: Duration::from_millis(s.client_body_timeout_ms),
         };
         let rt = Arc::new(Runtime {
             proxy_trust: cfg.raw.server.proxy_trust(),
