@@ -1,6 +1,9 @@
 //! The whole decide path on arbitrary request bodies, with the default rule set (`rules/`) live:
 //! parsing, the WAF, every rule helper and judging never panic, and a request that parses is
-//! answered with a verdict or a typed request error.
+//! answered with a verdict or a typed request error. The harness signs each request as its client
+//! would (the fuzzed timestamp and nonce when they are usable), so the nonce, fingerprint,
+//! gateway and business steps and every state helper are fuzzed, not only the signature check;
+//! the engine lives across inputs, so replays and floods are explored too.
 #![no_main]
 
 use std::sync::{Arc, OnceLock};
@@ -62,8 +65,11 @@ fn engine() -> &'static Engine {
     })
 }
 
+const NOW: i64 = 1_700_000_000_000;
+
 fuzz_target!(|data: &[u8]| {
-    if let Ok(req) = serde_json::from_slice::<DecideRequest>(data) {
-        let _ = engine().decide(&req, 1_700_000_000_000);
+    if let Ok(mut req) = serde_json::from_slice::<DecideRequest>(data) {
+        rampart_core::replay::sign::sign_for_fuzzing(&mut req, b"demo-secret", NOW);
+        let _ = engine().decide(&req, NOW);
     }
 });

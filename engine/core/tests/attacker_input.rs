@@ -107,6 +107,71 @@ proptest! {
     }
 }
 
+const FUZZ_NOW: i64 = 1_700_000_000_000;
+
+/// The `decide` fuzz target's engine: app `demo`, local stores, no rules.
+fn fuzz_engine() -> &'static rampart_core::Engine {
+    use rampart_core::policy::{AppPolicy, DedupPolicy, FailPolicy};
+    use rampart_core::replay::bloom::SlicedBloomConfig;
+    static E: std::sync::OnceLock<rampart_core::Engine> = std::sync::OnceLock::new();
+    E.get_or_init(|| {
+        rampart_core::Engine::new(
+            rampart_core::engine::EngineSettings {
+                apps: vec![AppPolicy::new("demo", b"demo-secret", 5_000)],
+                routes: vec![],
+                default_dedup: DedupPolicy::default(),
+                on_store_error: rampart_core::StorePolicies::all(FailPolicy::Deny),
+                challenge_status: 401,
+            },
+            std::sync::Arc::new(rampart_core::replay::nonce::BloomNonceStore::new(
+                SlicedBloomConfig {
+                    expected_rps: 10_000,
+                    slice_ms: 250,
+                    retention_ms: 10_000,
+                    max_window_ms: 5_000,
+                    target_fp: 1e-6,
+                },
+                1,
+            )),
+            std::sync::Arc::new(
+                rampart_core::replay::fingerprint::LocalFingerprintStore::new(100_000),
+            ),
+            std::sync::Arc::new(rampart_core::rules::LiveRules::empty()),
+        )
+    })
+}
+
+/// The `decide` fuzz harness signs what it is given, so arbitrary requests reach the steps after
+/// the signature: mutated copies of a signed request (another body, path, user, nonce) are
+/// judged by the nonce and fingerprint steps, and the same input twice is a replay. Unsigned
+/// (as the harness used to send them) every one of them stops at the signature.
+#[test]
+fn the_decide_fuzz_harness_gets_past_the_signature() {
+    use rampart_core::model::Code;
+    let e = fuzz_engine();
+    let variants = [
+        r#"{"app":"demo","request":{"method":"POST","path":"/api/fz/pay","body":"{\"a\":1}"},"user_id":"f1"}"#,
+        r#"{"app":"demo","request":{"method":"PUT","path":"/api/fz//x/","query":"b=1&a=2","body_sha256":"AB00000000000000000000000000000000000000000000000000000000000000"},"client":{"ip":"192.0.2.1"}}"#,
+        r#"{"app":"demo","request":{"path":"/api/fz/y","headers":{"X-Nonce":"fz-nonce-000000000001","x-signature":"v1=00"}}}"#,
+        r#"{"app":"demo","request":{"path":"/api/fz/z","headers":{"x-timestamp":"1700000001000"}}}"#,
+    ];
+    for text in variants {
+        let unsigned: DecideRequest = serde_json::from_str(text).unwrap();
+        let v = e.decide(&unsigned, FUZZ_NOW).unwrap();
+        assert!(
+            matches!(v.code, Code::SignatureMissing | Code::SignatureInvalid),
+            "{text}: {:?}",
+            v.code
+        );
+        let mut signed = unsigned.clone();
+        rampart_core::replay::sign::sign_for_fuzzing(&mut signed, b"demo-secret", FUZZ_NOW);
+        let first = e.decide(&signed, FUZZ_NOW).unwrap();
+        assert_eq!(first.code, Code::Ok, "{text}: {first:?}");
+        let again = e.decide(&signed, FUZZ_NOW).unwrap();
+        assert_eq!(again.code, Code::ReplayDuplicate, "{text}");
+    }
+}
+
 #[test]
 fn fuzz_seeds_and_regressions_hold() {
     let root = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap())
@@ -132,7 +197,14 @@ fn fuzz_seeds_and_regressions_hold() {
                     }
                 }
                 "decide" => {
-                    let _ = serde_json::from_slice::<DecideRequest>(&data);
+                    if let Ok(mut req) = serde_json::from_slice::<DecideRequest>(&data) {
+                        rampart_core::replay::sign::sign_for_fuzzing(
+                            &mut req,
+                            b"demo-secret",
+                            FUZZ_NOW,
+                        );
+                        let _ = fuzz_engine().decide(&req, FUZZ_NOW);
+                    }
                 }
                 "bundle" => {
                     // Byte 0 = 0: a whole document. Nothing verifies under a key that signed

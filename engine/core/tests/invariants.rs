@@ -832,3 +832,95 @@ fn every_spelling_of_a_route_gets_that_routes_window_dedup_and_rules() {
     let r = request_to("GET", "/api/other", "form-newline-0001", now, "");
     assert_eq!(code(&e, &r, now), Code::Ok);
 }
+
+/// Two apps with different windows on one store (sized for the wider): each app's replays are
+/// caught across its own whole acceptance span, each app's window check is its own (a timestamp
+/// the narrow app refuses as skew, the wide one accepts), and one app's nonce is not another's.
+#[test]
+fn two_apps_with_different_windows_each_keep_their_own_span() {
+    const SHORT: i64 = 200;
+    const LONG: i64 = 1_000;
+    for mode in [Mode::Bloom, Mode::Exact] {
+        let nonces: Arc<dyn NonceStore> = match mode {
+            Mode::Bloom => Arc::new(BloomNonceStore::new(
+                SlicedBloomConfig {
+                    expected_rps: 50_000,
+                    slice_ms: 50,
+                    retention_ms: 2 * LONG,
+                    max_window_ms: LONG,
+                    target_fp: 1e-6,
+                },
+                0xbeef,
+            )),
+            Mode::Exact => Arc::new(ExactNonceStore::new(2 * LONG, 1_000_000)),
+        };
+        let e = Engine::new(
+            EngineSettings {
+                apps: vec![
+                    AppPolicy::new("short", b"short-secret", SHORT),
+                    AppPolicy::new("long", b"long-secret", LONG),
+                ],
+                routes: vec![],
+                default_dedup: DedupPolicy::default(),
+                on_store_error: rampart_core::StorePolicies::all(FailPolicy::Deny),
+                challenge_status: 401,
+            },
+            nonces,
+            Arc::new(LocalFingerprintStore::new(1_000_000)),
+            Arc::new(LiveRules::empty()),
+        );
+        let req = |app: &str, secret: &[u8], nonce: &str, ts: i64| {
+            let mut r = JudgedRequest {
+                method: "POST".into(),
+                path: "/api/order/pay".into(),
+                body: Some(format!("{{\"n\":\"{nonce}\"}}")),
+                ..Default::default()
+            };
+            rampart_core::replay::sign::sign_request(secret, app, &mut r, ts, nonce);
+            DecideRequest {
+                app: app.into(),
+                request: r,
+                user_id: Some(nonce.into()),
+                ..Default::default()
+            }
+        };
+        let base = 3_000_000;
+        for (k, (app, secret, w)) in [
+            ("short", &b"short-secret"[..], SHORT),
+            ("long", &b"long-secret"[..], LONG),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for i in 0..12 {
+                // First seen at the future edge, replayed until the past edge: 2W (the clock
+                // only moves forward).
+                let ts = base + k as i64 * 40_000 + i * 2_500;
+                let first = ts - w;
+                let r = req(app, secret, &format!("{app}-two-apps-{i:08}"), ts);
+                e.maintain(first);
+                assert_eq!(code(&e, &r, first), Code::Ok, "{mode:?} {app} i={i}");
+                for now in (first + 1..=ts + w).step_by(41).chain([ts + w]) {
+                    e.maintain(now);
+                    assert_eq!(
+                        code(&e, &r, now),
+                        Code::ReplayDuplicate,
+                        "{mode:?} {app} i={i} now={now}"
+                    );
+                }
+                assert_eq!(code(&e, &r, ts + w + 1), Code::TimestampSkew);
+            }
+        }
+        // A timestamp SHORT + 100 ahead: skew for the narrow app, judged for the wide one.
+        let now = base + 200_000;
+        e.maintain(now);
+        let ahead = now + SHORT + 100;
+        let r = req("short", b"short-secret", "ahead-0000000000", ahead);
+        assert_eq!(code(&e, &r, now), Code::TimestampSkew, "{mode:?}");
+        let r = req("long", b"long-secret", "ahead-0000000000", ahead);
+        assert_eq!(code(&e, &r, now), Code::Ok, "{mode:?}");
+        // The same nonce in the other app is not a replay.
+        let r = req("short", b"short-secret", "ahead-0000000000", now);
+        assert_eq!(code(&e, &r, now), Code::Ok, "{mode:?}");
+    }
+}

@@ -57,3 +57,61 @@ pub fn sign_many(secrets: &[&[u8]], r: &ToSign<'_>) -> SignedHeaders {
         body_sha256,
     }
 }
+
+/// Signs a decide request in place, as its client would: sets `x-timestamp`, `x-nonce` and
+/// `x-signature` (dropping any other spelling of them) over the request as it stands — the path
+/// as sent, the body, else the declared `body_sha256`, else the empty body. Used by the fuzz
+/// harness, so that arbitrary requests get past the signature into every later step.
+pub fn sign_request(
+    secret: &[u8],
+    app: &str,
+    r: &mut crate::model::JudgedRequest,
+    timestamp_ms: i64,
+    nonce: &str,
+) {
+    let body_sha256 = match (&r.body, &r.body_sha256) {
+        (Some(b), _) => body_sha256_hex(b.as_bytes()),
+        (None, Some(h)) => h.to_ascii_lowercase(),
+        (None, None) => body_sha256_hex(b""),
+    };
+    let timestamp = timestamp_ms.to_string();
+    let signature = Signer::new(secret).sign(&SignedFields {
+        app,
+        method: &r.method,
+        path: r.signed_path(),
+        query: &r.query,
+        timestamp: &timestamp,
+        nonce,
+        body_sha256: &body_sha256,
+    });
+    r.headers.retain(|k, _| {
+        !["x-timestamp", "x-nonce", "x-signature"]
+            .iter()
+            .any(|n| k.eq_ignore_ascii_case(n))
+    });
+    r.headers.insert("x-timestamp".into(), timestamp);
+    r.headers.insert("x-nonce".into(), nonce.to_string());
+    r.headers.insert("x-signature".into(), signature);
+}
+
+/// Signs an arbitrary decide request for the fuzz harness ([`sign_request`] with the app's
+/// `secret`): the request's own `x-timestamp` when it is a number (out-of-window ones included),
+/// else `now_ms`; its own `x-nonce` when it has one (malformed ones included), else one derived
+/// from the request, so the same input replayed is a replay.
+pub fn sign_for_fuzzing(req: &mut crate::model::DecideRequest, secret: &[u8], now_ms: i64) {
+    use std::hash::{Hash, Hasher};
+    let r = &mut req.request;
+    let ts = r
+        .header("x-timestamp")
+        .and_then(|t| t.trim().parse::<i64>().ok())
+        .unwrap_or(now_ms);
+    let nonce = match r.header("x-nonce") {
+        Some(n) => n.to_string(),
+        None => {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (&r.method, &r.path, &r.query, &r.body, &req.user_id).hash(&mut h);
+            format!("fuzz-nonce-{:016x}", h.finish())
+        }
+    };
+    sign_request(secret, &req.app.clone(), r, ts, &nonce);
+}
