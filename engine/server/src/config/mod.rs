@@ -193,13 +193,20 @@ impl Config {
 }
 
 impl Config {
-    /// Where the local anti-replay stores are saved across restarts (`[state] snapshot_dir`,
-    /// default `replay/` in the control plane's directory).
+    /// Where the local anti-replay stores are saved across restarts (`[state] snapshot_dir`).
+    /// Default: beside the decision log's directory, named after it (`rampart-data/decisions`
+    /// → `rampart-data/decisions.replay`): one per instance, as the decision log's directory is
+    /// (each is locked by its process), while instances on one host may share the control
+    /// plane's directory.
     pub fn snapshot_dir(&self) -> PathBuf {
-        self.state
-            .snapshot_dir
-            .clone()
-            .unwrap_or_else(|| self.control_dir().join("replay"))
+        self.state.snapshot_dir.clone().unwrap_or_else(|| {
+            let log = &self.decision_log.dir;
+            let name = log
+                .file_name()
+                .map(|n| format!("{}.replay", n.to_string_lossy()))
+                .unwrap_or_else(|| "replay".into());
+            log.with_file_name(name)
+        })
     }
 
     /// The control plane's directory (see [`AdminConfig::state_dir`]).
