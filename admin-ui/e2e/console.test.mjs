@@ -308,7 +308,12 @@ test("an operator story: author a rule, sandbox it, canary it, approve it as som
   await page.fill("#f-rule", "legacy-export");
   await page.press("#f-rule", "Enter");
   await page.locator("#f-rule").blur();
-  await page.waitForFunction(() => document.querySelectorAll("#decision-table tbody tr").length >= 10, null, { timeout: 15000 });
+  // Wait for the filtered answer, not just any ten rows: the unfiltered table (the canary's 40
+  // decisions and the 10 after) is on the page until it arrives.
+  await page.waitForFunction(() => {
+    const rows = [...document.querySelectorAll("#decision-table tbody tr")];
+    return rows.length >= 10 && rows.every((r) => (r.querySelector("td:nth-child(4)")?.textContent || "").includes("legacy-export"));
+  }, null, { timeout: 15000 });
   const codes = await page.$$eval("#decision-table tbody tr td:nth-child(3)", (tds) => tds.map((t) => t.textContent));
   assert.ok(codes.every((c) => c === "RULE_DENY"), codes.join(","));
   await page.click("#decision-table tbody tr:first-child button");
