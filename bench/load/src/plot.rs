@@ -278,3 +278,44 @@ pub fn write_all(
     }
     md
 }
+
+/// The soak's memory curve: RSS (MiB) over minutes, with the faults marked.
+pub fn rss_curve(path: &Path, title: &str, rss: &[(f64, f64)], marks: &[(f64, &str)]) -> Res {
+    let root = SVGBackend::new(path, (900, 400)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let xmax = rss.iter().map(|p| p.0).fold(1.0, f64::max);
+    let ymax = rss.iter().map(|p| p.1).fold(1.0, f64::max) * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..xmax, 0f64..ymax)?;
+    chart
+        .configure_mesh()
+        .x_desc("minutes")
+        .y_desc("RSS (MiB)")
+        .draw()?;
+    for (i, (x, label)) in marks.iter().enumerate() {
+        let c = COLOURS[1 + i.min(2)];
+        chart
+            .draw_series(LineSeries::new([(*x, 0.0), (*x, ymax)], c.stroke_width(1)))?
+            .label(*label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c));
+    }
+    chart
+        .draw_series(LineSeries::new(
+            rss.iter().copied(),
+            COLOURS[0].stroke_width(2),
+        ))?
+        .label("engine RSS")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], COLOURS[0]));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}

@@ -28,6 +28,79 @@ pub struct SoakArgs {
     /// The rule directory to start from.
     #[arg(long, default_value = "rules")]
     rules: PathBuf,
+    /// Fail when memory grows faster than this over the run's second half (MiB per minute), and
+    /// the growth stands out of the noise (more than three standard errors).
+    #[arg(long, default_value_t = 0.1)]
+    max_slope: f64,
+    /// Write the memory curve here (SVG).
+    #[arg(long)]
+    svg: Option<PathBuf>,
+}
+
+/// Runs at least this long are judged by the slope of their second half.
+const SLOPE_MIN_MINUTES: f64 = 10.0;
+
+/// Least-squares slope of `y` over `x` and its standard error (0, inf with fewer than 3 points).
+pub fn slope(points: &[(f64, f64)]) -> (f64, f64) {
+    let n = points.len() as f64;
+    if points.len() < 3 {
+        return (0.0, f64::INFINITY);
+    }
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    if sxx == 0.0 {
+        return (0.0, f64::INFINITY);
+    }
+    let b = sxy / sxx;
+    let a = my - b * mx;
+    let sse: f64 = points.iter().map(|p| (p.1 - a - b * p.0).powi(2)).sum();
+    (b, (sse / (n - 2.0) / sxx).sqrt())
+}
+
+/// Whether memory over the second half grows: faster than `max` and significantly (t > 3).
+pub fn growing(slope: f64, se: f64, max: f64) -> bool {
+    slope > max && slope > 3.0 * se
+}
+
+/// `GET path` on `addr`: the body of a 200 answer.
+fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nhost: x\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    head.contains(" 200 ").then(|| body.to_string())
+}
+
+/// The engine's own memory gauges, biggest first: (series, value, unit).
+fn memory_gauges(metrics: &str) -> Vec<(String, f64, &'static str)> {
+    let mut out: Vec<(String, f64, &'static str)> = metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name, v) = l.rsplit_once(' ')?;
+            let v: f64 = v.parse().ok()?;
+            let unit = if name.contains("_bytes") {
+                "bytes"
+            } else if name.starts_with("rampart_cache_entries")
+                || name.starts_with("rampart_rulesets_alive")
+                || name.starts_with("rampart_circuit_breakers")
+                || name.starts_with("rampart_ruleset_compiled_versions")
+                || name.starts_with("rampart_decision_log_queue_depth")
+            {
+                "entries"
+            } else {
+                return None;
+            };
+            Some((name.to_string(), v, unit))
+        })
+        .collect();
+    out.sort_by(|a, b| a.2.cmp(b.2).then(b.1.total_cmp(&a.1)));
+    out
 }
 
 fn copy_dir(src: &Path, dst: &Path) -> std::io::Result<()> {
@@ -192,20 +265,46 @@ pub fn run(a: SoakArgs) -> std::process::ExitCode {
         .map(|(_, n)| n)
         .sum();
     let other_failures = m.errors;
-    let first = rss
+    // Memory: the slope over the second half (the first holds the warm-up: caches filling, the
+    // decision ring, the allocator's first pages). A steady climb fails however it compares
+    // with the first third.
+    let mib: Vec<(f64, f64)> = rss
         .iter()
-        .take(rss.len().max(3) / 3)
-        .map(|x| x.1)
-        .max()
-        .unwrap_or(0);
-    let last = rss
-        .iter()
-        .rev()
-        .take(rss.len().max(3) / 3)
-        .map(|x| x.1)
-        .max()
-        .unwrap_or(0);
-    let bounded = last as f64 <= first as f64 * 1.5 + 32.0 * 1048576.0;
+        .map(|(t, b)| (t / 60.0, *b as f64 / 1048576.0))
+        .collect();
+    let half = a.minutes / 2.0;
+    let second: Vec<(f64, f64)> = mib.iter().copied().filter(|p| p.0 >= half).collect();
+    let (slope, se) = slope(&second);
+    let max_of = |from: f64, to: f64| {
+        mib.iter()
+            .filter(|p| p.0 >= from && p.0 < to)
+            .map(|p| p.1)
+            .fold(0.0, f64::max)
+    };
+    // Under ten minutes the second half is mostly the faults' aftermath (a ClickHouse restart
+    // queues rows), too short to tell a leak from it: only a gross rise fails.
+    let judged_by_slope = a.minutes >= SLOPE_MIN_MINUTES;
+    let bounded = if judged_by_slope {
+        !growing(slope, se, a.max_slope)
+    } else {
+        max_of(half, f64::MAX) <= max_of(0.0, half) * 1.5 + 32.0
+    };
+    let gauges = http_get(engine.addr, "/metrics")
+        .map(|m| memory_gauges(&m))
+        .unwrap_or_default();
+    if let Some(svg) = &a.svg {
+        let marks = [
+            (a.minutes / 3.0, "Redis restarted"),
+            (a.minutes * 2.0 / 3.0, "ClickHouse restarted"),
+        ];
+        let title = format!(
+            "Soak: {:.0} min at {rate:.0} req/s, rule set swapped every {} s",
+            a.minutes, a.swap_every
+        );
+        if let Err(e) = crate::plot::rss_curve(svg, &title, &mib, &marks) {
+            eprintln!("soak: plot {}: {e}", svg.display());
+        }
+    }
 
     println!("soak report");
     println!("  duration            {:.1} min at {rate:.0} req/s, {swaps} rule set swaps, Redis and ClickHouse restarted once each", a.minutes);
@@ -217,11 +316,24 @@ pub fn run(a: SoakArgs) -> std::process::ExitCode {
             .join(" ")
     );
     println!(
-        "  memory bounded      {} (first third max {:.1} MiB, last third max {:.1} MiB)",
+        "  memory bounded      {} (second half: {slope:+.3} ± {se:.3} MiB/min; max {:.1} MiB in the first half, {:.1} MiB in the second; {})",
         if bounded { "yes" } else { "NO" },
-        first as f64 / 1048576.0,
-        last as f64 / 1048576.0
+        max_of(0.0, half),
+        max_of(half, f64::MAX),
+        if judged_by_slope {
+            format!("fails above {} MiB/min when over 3 standard errors", a.max_slope)
+        } else {
+            format!("under {SLOPE_MIN_MINUTES} minutes only a rise of half the first half's peak + 32 MiB fails")
+        }
     );
+    println!("  memory by the engine's gauges (biggest first)");
+    for (name, v, unit) in &gauges {
+        if *unit == "bytes" {
+            println!("    {name:<60} {:>10.1} MiB", v / 1048576.0);
+        } else {
+            println!("    {name:<60} {v:>10.0}");
+        }
+    }
     println!("  rule set versions   {versions} seen in the decision log");
     println!("  decisions served    {served}");
     println!(
@@ -250,5 +362,56 @@ pub fn run(a: SoakArgs) -> std::process::ExitCode {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::from(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RSS every 5 s for `minutes`, from `f(minute)` plus a deterministic ±3 MiB wobble.
+    fn series(minutes: f64, f: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
+        (0..(minutes * 12.0) as usize)
+            .map(|i| {
+                let t = i as f64 / 12.0;
+                let wobble = 3.0 * ((i * 7919 % 13) as f64 / 6.0 - 1.0);
+                (t, f(t) + wobble)
+            })
+            .collect()
+    }
+
+    fn verdict(points: &[(f64, f64)], minutes: f64) -> bool {
+        let second: Vec<_> = points
+            .iter()
+            .copied()
+            .filter(|p| p.0 >= minutes / 2.0)
+            .collect();
+        let (b, se) = slope(&second);
+        growing(b, se, 0.1)
+    }
+
+    /// The 30-minute run: 140 → 172 MiB, about 1 MiB a minute with a dip at 15 min. The
+    /// old first-third-against-last-third rule passed it; the slope fails it.
+    #[test]
+    fn a_steady_climb_fails() {
+        let climb = series(30.0, |t| {
+            if t < 15.0 {
+                140.0 + 1.6 * t
+            } else {
+                150.0 + 1.45 * (t - 15.0)
+            }
+        });
+        assert!(verdict(&climb, 30.0));
+    }
+
+    /// A plateau with noise passes, and so does a short run whose noise hides any slope.
+    #[test]
+    fn a_plateau_and_a_short_noisy_run_pass() {
+        assert!(!verdict(&series(120.0, |_| 200.0), 120.0));
+        assert!(!verdict(
+            &series(30.0, |t| 190.0 + 10.0 * (1.0 - (-t).exp())),
+            30.0
+        ));
+        assert!(!verdict(&series(2.0, |_| 200.0), 2.0));
     }
 }

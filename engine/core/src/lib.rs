@@ -8,6 +8,7 @@
 pub mod engine;
 pub mod forward;
 pub mod lifecycle;
+pub mod memo;
 pub mod model;
 pub mod path;
 pub mod policy;

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use rampart_core::replay::keys::{KeyUse, Keyring};
 
@@ -62,6 +63,8 @@ pub struct Metrics {
     ruleset_rules: Gauge,
     /// Versions the control plane keeps compiled (bounded).
     pub ruleset_compiled_versions: Gauge,
+    pub rulesets_alive: Gauge,
+    pub breakers: Gauge,
     rule_evaluations: Gauge,
     rule_errors: Gauge,
     ruleset_info: Family<Vec<(&'static str, String)>, Gauge>,
@@ -104,6 +107,40 @@ impl Collector for KeyUsesCollector {
 
 #[derive(Debug)]
 struct KeyUsesCollector(Arc<KeyUses>);
+
+/// The per-thread caches' sizes (`rampart_core::memo`), read at scrape time.
+#[derive(Debug)]
+struct CachesCollector;
+
+impl Collector for CachesCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        type Read = fn(&rampart_core::memo::Sizes) -> i64;
+        let gauges: [(&str, &str, Read); 3] = [
+            (
+                "cache_entries",
+                "Entries held by a per-thread cache, every thread together",
+                |c| c.entries(),
+            ),
+            (
+                "cache_bytes",
+                "Estimated bytes held by a per-thread cache, every thread together",
+                |c| c.bytes(),
+            ),
+            (
+                "cache_bound",
+                "Entries a per-thread cache holds per thread before it starts over",
+                |c| c.bound() as i64,
+            ),
+        ];
+        for (name, help, read) in gauges {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for c in rampart_core::memo::all() {
+                ConstGauge::new(read(c)).encode(family.encode_family(&[("cache", c.name)])?)?;
+            }
+        }
+        Ok(())
+    }
+}
 
 fn idx(step: Step, action: Action, code: Code) -> usize {
     let s = Step::ALL.iter().position(|x| *x == step).unwrap_or(0);
@@ -337,6 +374,8 @@ impl Metrics {
         let ruleset_rejected = Counter::default();
         let ruleset_rules = Gauge::default();
         let ruleset_compiled_versions = Gauge::default();
+        let rulesets_alive = Gauge::default();
+        let breakers = Gauge::default();
         let rule_evaluations = Gauge::default();
         let rule_errors = Gauge::default();
         let ruleset_info = Family::<Vec<(&'static str, String)>, Gauge>::default();
@@ -369,8 +408,18 @@ impl Metrics {
         );
         registry.register(
             "ruleset_compiled_versions",
-            "Rule-set versions kept compiled for rollouts, regressions and rollbacks (at most 16)",
+            "Rule-set versions kept compiled for rollouts, regressions and rollbacks (at most [admin] compiled_versions)",
             ruleset_compiled_versions.clone(),
+        );
+        registry.register(
+            "rulesets_alive",
+            "Compiled rule sets held by the process: the live set, rollout arms, the compiled cache, decisions in flight",
+            rulesets_alive.clone(),
+        );
+        registry.register(
+            "circuit_breakers",
+            "Circuit breakers held in process (at most [rules] max_breakers)",
+            breakers.clone(),
         );
         registry.register(
             "rule_evaluations",
@@ -390,6 +439,7 @@ impl Metrics {
 
         let key_uses = Arc::new(KeyUses::default());
         registry.register_collector(Box::new(KeyUsesCollector(key_uses.clone())));
+        registry.register_collector(Box::new(CachesCollector));
 
         let info = Family::<Labels, Gauge>::default();
         registry.register("build_info", "Build information", info.clone());
@@ -434,6 +484,8 @@ impl Metrics {
             redis_up,
             local_state_peers,
             ruleset_compiled_versions,
+            rulesets_alive,
+            breakers,
             key_uses,
         }
     }

@@ -109,6 +109,32 @@ pub(super) struct Tally<'a>(pub(super) &'a AtomicU64, pub(super) u64);
 pub(super) struct SetCounts {
     pub(super) evaluations: AtomicU64,
     pub(super) errors: AtomicU64,
+    _alive: Alive,
+}
+
+/// Compiled rule sets in this process (the live one, rollout arms, caches, decisions in flight).
+static ALIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts its [`RuleSet`] in [`ALIVE`] from compilation to drop.
+struct Alive;
+
+impl Default for Alive {
+    fn default() -> Self {
+        ALIVE.fetch_add(1, Ordering::Relaxed);
+        Alive
+    }
+}
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        ALIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// How many compiled rule sets this process holds now (the `rampart_rulesets_alive` gauge): a
+/// set is about a MiB, so anything that keeps sets must bound how many.
+pub fn rule_sets_alive() -> usize {
+    ALIVE.load(Ordering::Relaxed)
 }
 
 impl std::fmt::Debug for RuleSet {

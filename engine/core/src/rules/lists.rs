@@ -6,7 +6,8 @@
 //!   an Aho-Corasick automaton (one pass over the value, whatever the list's size; ASCII
 //!   case-insensitive, which is what user-agent and keyword lists want).
 
-use std::collections::{HashMap, HashSet};
+use crate::memo::Memo;
+use std::collections::HashSet;
 use std::net::IpAddr;
 
 /// A set of IP addresses and CIDR blocks.
@@ -106,14 +107,11 @@ pub struct StringList {
 const CACHED_MIN_LEN: usize = 16;
 /// Longer values are scanned every time (a cache of them would hold too much memory).
 const CACHED_MAX_LEN: usize = 256;
-/// Answers remembered per thread before the cache starts over.
-const CACHE_SIZE: usize = 4096;
-
 /// Lists with a cache per thread: the newest ones (a swapped-out rule set's lists fall out).
 const CACHED_LISTS: usize = 8;
 
 /// A list's id and its cached answers by value.
-type ListAnswers = (u64, HashMap<Box<str>, bool>);
+type ListAnswers = (u64, Memo<bool>);
 
 thread_local! {
     /// Per list id, the answers of `contains_any` by value.
@@ -170,19 +168,16 @@ impl StringList {
                     if c.len() >= CACHED_LISTS {
                         c.remove(0);
                     }
-                    c.push((self.id, HashMap::new()));
+                    c.push((self.id, Memo::new(&crate::memo::LIST_ANSWERS)));
                     c.len() - 1
                 }
             };
             let answers = &mut c[i].1;
             if let Some(hit) = answers.get(haystack) {
-                return *hit;
+                return hit;
             }
             let hit = a.is_match(haystack.as_bytes());
-            if answers.len() >= CACHE_SIZE {
-                answers.clear();
-            }
-            answers.insert(haystack.into(), hit);
+            answers.insert(haystack, hit);
             hit
         })
     }
@@ -273,7 +268,7 @@ mod tests {
         assert!(scanners.contains_any(values[0]) && !scanners.contains_any(values[1]));
         assert!(browsers.contains_any(values[1]) && !browsers.contains_any(values[2]));
         // Past the cache's size (it starts over) and with more lists than it keeps.
-        for i in 0..(CACHE_SIZE + 10) {
+        for i in 0..(crate::memo::LIST_ANSWERS.bound() + 10) {
             let v = format!("Mozilla/5.0 client number {i:08}");
             assert!(!scanners.contains_any(&v));
             assert!(browsers.contains_any(&v));

@@ -51,7 +51,7 @@ mod request;
 mod source;
 mod state;
 
-pub use compile::{RuleSet, RuleSettings};
+pub use compile::{rule_sets_alive, RuleSet, RuleSettings};
 pub use eval::{Outcome, RuleSession};
 pub use helpers::HELPERS;
 pub use live::LiveRules;

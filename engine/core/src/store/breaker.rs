@@ -11,7 +11,11 @@
 //!   `open_ms`.
 //!
 //! The breaker of a route is created by the first rule that asks about it; outcomes for routes no
-//! rule watches are ignored, so callers can report every response without growing state.
+//! rule watches are ignored, so callers can report every response without growing state. A rule
+//! may watch paths a client chooses, so the map is bounded (`[rules] max_breakers`): when it is
+//! full, breakers that remember nothing (closed, no outcome in their window: the same as a new
+//! one) are dropped, and if every one still remembers something, a new route gets no breaker
+//! (its requests pass) until some do.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -91,9 +95,27 @@ impl Breaker {
 }
 
 /// In-process breakers, keyed by `app` + route.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct LocalBreakers {
     map: Mutex<HashMap<String, Breaker>>,
+    max: usize,
+}
+
+/// Breakers kept unless the configuration says otherwise.
+pub const DEFAULT_MAX_BREAKERS: usize = 10_000;
+
+impl Default for LocalBreakers {
+    fn default() -> Self {
+        Self::with_max(DEFAULT_MAX_BREAKERS)
+    }
+}
+
+impl Breaker {
+    /// Whether it holds nothing a new breaker would not (closed, no outcome in its window).
+    fn blank(&mut self, now: i64) -> bool {
+        self.roll(now);
+        self.state == State::Closed && self.cur.total == 0 && self.prev.total == 0
+    }
 }
 
 /// The key of a route's breaker.
@@ -106,6 +128,14 @@ impl LocalBreakers {
         Self::default()
     }
 
+    /// At most `max` breakers (at least 1).
+    pub fn with_max(max: usize) -> Self {
+        LocalBreakers {
+            map: Mutex::new(HashMap::new()),
+            max: max.max(1),
+        }
+    }
+
     /// Forgets every breaker.
     pub fn clear(&self) {
         self.map.lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -114,6 +144,12 @@ impl LocalBreakers {
     /// Whether a request to the route may pass now (creating the breaker on first use).
     pub fn allow(&self, key: &str, now: i64, cfg: BreakerConfig) -> bool {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= self.max && !map.contains_key(key) {
+            map.retain(|_, b| !b.blank(now));
+            if map.len() >= self.max {
+                return true;
+            }
+        }
         let b = map.entry(key.to_string()).or_insert_with(|| Breaker {
             cfg,
             state: State::Closed,
@@ -192,6 +228,31 @@ impl LocalBreakers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A rule that watches every path: a client sending distinct paths used to add a breaker per
+    /// path for good. The map stays at its bound, and a breaker that remembers failures is kept.
+    #[test]
+    fn distinct_paths_leave_the_breakers_at_their_bound() {
+        let b = LocalBreakers::with_max(100);
+        let k = breaker_key("shop", "/api/pay");
+        let c = cfg();
+        for i in 0..c.min_requests {
+            assert!(b.allow(&k, 1_000 + i as i64, c));
+            b.record(&k, 1_000 + i as i64, 503, 1);
+        }
+        assert!(!b.allow(&k, 1_100, c), "ten failures open it");
+        for i in 0..10_000 {
+            b.allow(&breaker_key("shop", &format!("/x/{i}")), 1_200, c);
+            assert!(b.len() <= 100);
+        }
+        assert!(
+            !b.allow(&k, 1_300, c),
+            "the failing route's breaker is still open"
+        );
+        // Once the window has passed, the blank ones make room again.
+        assert!(b.allow(&breaker_key("shop", "/new"), 100_000, c));
+        assert!(b.state(&breaker_key("shop", "/new")).is_some());
+    }
 
     fn cfg() -> BreakerConfig {
         BreakerConfig {

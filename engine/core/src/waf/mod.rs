@@ -822,21 +822,19 @@ const CACHED_HEADERS: &[&str] = &[
     "sec-ch-ua",
 ];
 
-/// Distinct values remembered per thread before the cache starts over.
-const SCAN_CACHE_SIZE: usize = 4096;
-
 /// Longer values are scanned every time (a cache of them would hold too much memory).
 const MAX_CACHED_LEN: usize = 1024;
 
-type ScanCache = std::cell::RefCell<std::collections::HashMap<Box<str>, Option<Attack>>>;
+type ScanCache = std::cell::RefCell<crate::memo::Memo<Option<Attack>>>;
 
 thread_local! {
-    /// [`scan_value`] of header values.
+    /// [`scan_value`] of header values (bounded by `memo::WAF_VALUES`).
     static SCAN_CACHE: ScanCache =
-        std::cell::RefCell::new(std::collections::HashMap::with_capacity(SCAN_CACHE_SIZE));
-    /// The path's own checks ([`path_attack`]) and then [`scan_value`], of paths.
+        std::cell::RefCell::new(crate::memo::Memo::new(&crate::memo::WAF_VALUES));
+    /// The path's own checks ([`path_attack`]) and then [`scan_value`], of paths (bounded by
+    /// `memo::WAF_PATHS`).
     static PATH_CACHE: ScanCache =
-        std::cell::RefCell::new(std::collections::HashMap::with_capacity(SCAN_CACHE_SIZE));
+        std::cell::RefCell::new(crate::memo::Memo::new(&crate::memo::WAF_PATHS));
 }
 
 /// [`scan_value`] through a per-thread cache keyed by the whole value (no hash-collision risk).
@@ -850,17 +848,11 @@ fn cached(
     v: &str,
     scan: impl FnOnce(&str) -> Option<Attack>,
 ) -> Option<Attack> {
-    if let Some(hit) = cache.with(|c| c.borrow().get(v).copied()) {
+    if let Some(hit) = cache.with(|c| c.borrow().get(v)) {
         return hit;
     }
     let found = scan(v);
-    cache.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.len() >= SCAN_CACHE_SIZE {
-            c.clear();
-        }
-        c.insert(v.into(), found);
-    });
+    cache.with(|c| c.borrow_mut().insert(v, found));
     found
 }
 

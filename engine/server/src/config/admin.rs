@@ -24,6 +24,8 @@ pub struct AdminConfig {
     pub canary_min_samples: u64,
     pub canary_max_refusal_increase: f64,
     pub canary_max_error_increase: f64,
+    /// Rule set versions kept compiled besides the live one (least recently used goes first).
+    pub compiled_versions: usize,
     /// Public keys whose signed rule bundles `POST /admin/v1/rulesets` accepts.
     pub bundle_keys: Vec<BundleKey>,
     /// Dev mode: also accept unsigned uploads (and stage them). On in the embedded defaults only.
@@ -47,6 +49,7 @@ impl Default for AdminConfig {
             canary_min_samples: 200,
             canary_max_refusal_increase: 0.05,
             canary_max_error_increase: 0.01,
+            compiled_versions: 4,
             bundle_keys: Vec::new(),
             allow_unsigned_uploads: false,
             key_approval: false,
@@ -224,6 +227,9 @@ impl AdminConfig {
         }
         if self.canary_min_samples == 0 {
             errs.push("admin.canary_min_samples must be ≥ 1".into());
+        }
+        if !(1..=64).contains(&self.compiled_versions) {
+            errs.push("admin.compiled_versions must be 1–64".into());
         }
         let mut key_names = std::collections::HashSet::new();
         for k in &self.bundle_keys {

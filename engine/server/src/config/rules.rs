@@ -32,6 +32,10 @@ pub struct RulesConfig {
     /// Cap on keys held by `rate_limit` and `count` (past it those helpers fail, and the rule's
     /// tier default applies).
     pub max_limiter_keys: usize,
+    /// `contains_any` answers remembered per worker thread and list (a full cache starts over).
+    pub list_cache_entries: usize,
+    /// Circuit breakers kept (one per app and path a `circuit_open` rule watched).
+    pub max_breakers: usize,
 }
 
 impl Default for RulesConfig {
@@ -51,6 +55,8 @@ impl Default for RulesConfig {
             review_score: d.review_score,
             deny_score: d.deny_score,
             max_limiter_keys: 1_000_000,
+            list_cache_entries: rampart_core::memo::DEFAULT_BOUND,
+            max_breakers: rampart_core::store::breaker::DEFAULT_MAX_BREAKERS,
         }
     }
 }
@@ -93,6 +99,12 @@ impl RulesConfig {
         }
         if r.reputation_window_ms <= 0 {
             errs.push("rules.reputation_window_ms must be positive".into());
+        }
+        if !(1..=1_000_000).contains(&r.max_breakers) {
+            errs.push("rules.max_breakers must be 1 to 1000000".into());
+        }
+        if !(1..=1_000_000).contains(&r.list_cache_entries) {
+            errs.push("rules.list_cache_entries must be 1 to 1000000".into());
         }
         if r.reload_interval_ms < 100 {
             errs.push("rules.reload_interval_ms must be at least 100".into());

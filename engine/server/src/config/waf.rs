@@ -29,6 +29,9 @@ pub struct WafConfig {
     /// The operator's exclusion files (SecLang: `SecRuleRemoveById`, `SecRuleUpdateTargetById`,
     /// …), loaded after the CRS and Rampart's exclusions, in order.
     pub exclusions: Vec<PathBuf>,
+    /// Answers of the edge tier's own detectors remembered per worker thread, for header values
+    /// and for paths each (a full cache starts over).
+    pub cache_entries: usize,
 }
 
 impl Default for WafConfig {
@@ -42,6 +45,7 @@ impl Default for WafConfig {
             skip: DEFAULT_SKIP.iter().map(|s| s.to_string()).collect(),
             default_exclusions: o.default_exclusions,
             exclusions: Vec::new(),
+            cache_entries: rampart_core::memo::DEFAULT_BOUND,
         }
     }
 }
@@ -62,6 +66,12 @@ impl WafConfig {
 
     /// Checks `[waf]`; every problem goes into `errs`.
     pub(super) fn check(&self, errs: &mut Vec<String>) {
+        if !(1..=1_000_000).contains(&self.cache_entries) {
+            errs.push(format!(
+                "waf.cache_entries must be 1 to 1000000, not {}",
+                self.cache_entries
+            ));
+        }
         if !(1..=4).contains(&self.paranoia) {
             errs.push(format!(
                 "waf.paranoia must be 1 to 4, not {}",

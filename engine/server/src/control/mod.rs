@@ -14,11 +14,9 @@ mod rollout;
 pub mod store;
 mod versions;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rampart_core::rollout::{Candidate, DynamicLists, RollbackPolicy};
-use rampart_core::rules::RuleSet;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::{Identities, Principal, Sessions, Throttle};
@@ -95,8 +93,8 @@ pub struct Control {
     pub throttle: Throttle,
     pub policy: RollbackPolicy,
     pub cookie_secure: bool,
-    /// Rule sets compiled from stored versions, by version.
-    compiled: Mutex<HashMap<String, Arc<RuleSet>>>,
+    /// Rule sets compiled from stored versions (`[admin] compiled_versions` of them).
+    compiled: Mutex<versions::Compiled>,
     applied: Mutex<Applied>,
     /// Serialises this instance's changes (the store's compare-and-set covers other instances).
     write: Mutex<()>,
@@ -138,7 +136,7 @@ impl Control {
                 max_error_increase: cfg.canary_max_error_increase,
             },
             cookie_secure: cfg.cookie_secure,
-            compiled: Mutex::new(HashMap::new()),
+            compiled: Mutex::new(versions::Compiled::new(cfg.compiled_versions)),
             applied: Mutex::new(Applied::default()),
             write: Mutex::new(()),
         })

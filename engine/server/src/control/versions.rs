@@ -1,7 +1,7 @@
 //! Rule set versions: stored documents with their metadata and provenance, the cache of compiled
 //! versions, uploads and imports (the rule directory or the built-in set becoming stable).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rampart_core::rules::{RuleSet, Source};
@@ -64,11 +64,49 @@ impl VersionDoc {
     }
 }
 
+/// Rule sets compiled from stored versions, least recently used first, at most `max` (a set is
+/// about a MiB: the rule engine, its lists' automata, the scripts). Uploads and directory reloads
+/// come here too, so a set that is neither live nor in a rollout arm is dropped once `max` newer
+/// ones were used: a rule directory rewritten every few seconds keeps memory flat.
+pub(crate) struct Compiled {
+    max: usize,
+    sets: Vec<(String, Arc<RuleSet>)>,
+}
+
+impl Compiled {
+    pub(crate) fn new(max: usize) -> Compiled {
+        Compiled {
+            max: max.max(1),
+            sets: Vec::new(),
+        }
+    }
+
+    fn get(&mut self, version: &str) -> Option<Arc<RuleSet>> {
+        let i = self.sets.iter().position(|(v, _)| v == version)?;
+        let e = self.sets.remove(i);
+        let set = e.1.clone();
+        self.sets.push(e);
+        Some(set)
+    }
+
+    fn put(&mut self, version: &str, set: Arc<RuleSet>) {
+        self.sets.retain(|(v, _)| v != version);
+        if self.sets.len() >= self.max {
+            self.sets.remove(0);
+        }
+        self.sets.push((version.to_string(), set));
+    }
+
+    fn len(&self) -> usize {
+        self.sets.len()
+    }
+}
+
 impl Control {
     /// The rule set of a stored version, compiled against the engine's state (cached).
     pub fn compiled(&self, rt: &Host<'_>, version: &str) -> Result<Arc<RuleSet>, ApiError> {
         if let Some(s) = self.lock_compiled().get(version) {
-            return Ok(s.clone());
+            return Ok(s);
         }
         let live = rt.engine.rules().snapshot();
         if live.version() == version {
@@ -91,19 +129,8 @@ impl Control {
             )
         })?;
         let set = Arc::new(set);
-        self.cache_compiled(version, set.clone());
+        self.lock_compiled().put(version, set.clone());
         Ok(set)
-    }
-
-    /// Keeps `set` compiled for its version, at most 16 of them (a set is about half a MiB: the
-    /// rule engine, its lists' automata, the scripts). Uploads and directory reloads come here too,
-    /// or every reload would keep its set for good.
-    fn cache_compiled(&self, version: &str, set: Arc<RuleSet>) {
-        let mut c = self.lock_compiled();
-        if c.len() >= 16 && !c.contains_key(version) {
-            c.clear();
-        }
-        c.insert(version.to_string(), set);
     }
 
     /// How many versions are kept compiled (the `rampart_ruleset_compiled_versions` gauge).
@@ -111,7 +138,7 @@ impl Control {
         self.lock_compiled().len()
     }
 
-    fn lock_compiled(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<RuleSet>>> {
+    fn lock_compiled(&self) -> std::sync::MutexGuard<'_, Compiled> {
         self.compiled.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -162,7 +189,7 @@ impl Control {
                 .collect(),
         };
         self.store.put_version(&doc).map_err(store_err)?;
-        self.cache_compiled(&version, Arc::new(set));
+        self.lock_compiled().put(&version, Arc::new(set));
         self.audit(
             who,
             "ruleset.upload",

@@ -221,10 +221,16 @@ impl Runtime {
             (true, NonceMode::Exact) => "redis-exact",
         };
         let metrics = Arc::new(Metrics::new(mode));
+        rampart_core::memo::WAF_VALUES.set_bound(cfg.raw.waf.cache_entries);
+        rampart_core::memo::WAF_PATHS.set_bound(cfg.raw.waf.cache_entries);
+        rampart_core::memo::LIST_ANSWERS.set_bound(cfg.raw.rules.list_cache_entries);
         let mut rule_state = RuleState::local(cfg.raw.rules.max_limiter_keys);
         rule_state.reputation.window_ms = cfg.raw.rules.reputation_window_ms;
         rule_state.policies = st.policies();
         rule_state.crs = cfg.crs.clone();
+        rule_state.breakers = Arc::new(rampart_core::store::breaker::LocalBreakers::with_max(
+            cfg.raw.rules.max_breakers,
+        ));
         let mut local = None;
         let (nonces, fingerprints, redis, redis_nonces): (
             Arc<dyn NonceStore>,
@@ -527,6 +533,12 @@ impl Runtime {
         self.metrics
             .ruleset_compiled_versions
             .set(self.control.compiled_versions() as i64);
+        self.metrics
+            .rulesets_alive
+            .set(rampart_core::rules::rule_sets_alive() as i64);
+        self.metrics
+            .breakers
+            .set(self.rule_state.breakers.len() as i64);
     }
 
     /// Samples the fill of the shared Bloom filter (one app per call, in turn).
