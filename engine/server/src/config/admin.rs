@@ -24,6 +24,8 @@ pub struct AdminConfig {
     pub canary_min_samples: u64,
     pub canary_max_refusal_increase: f64,
     pub canary_max_error_increase: f64,
+    /// Entries the live audit log keeps; older ones move to export files (nothing is dropped).
+    pub audit_max_entries: usize,
     /// Rule set versions kept compiled besides the live one (least recently used goes first).
     pub compiled_versions: usize,
     /// Public keys whose signed rule bundles `POST /admin/v1/rulesets` accepts.
@@ -50,6 +52,7 @@ impl Default for AdminConfig {
             canary_max_refusal_increase: 0.05,
             canary_max_error_increase: 0.01,
             compiled_versions: 4,
+            audit_max_entries: crate::control::store::DEFAULT_AUDIT_MAX,
             bundle_keys: Vec::new(),
             allow_unsigned_uploads: false,
             key_approval: false,
@@ -227,6 +230,9 @@ impl AdminConfig {
         }
         if self.canary_min_samples == 0 {
             errs.push("admin.canary_min_samples must be ≥ 1".into());
+        }
+        if self.audit_max_entries < 10 {
+            errs.push("admin.audit_max_entries must be ≥ 10".into());
         }
         if !(1..=64).contains(&self.compiled_versions) {
             errs.push("admin.compiled_versions must be 1–64".into());

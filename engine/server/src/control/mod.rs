@@ -7,7 +7,7 @@
 //! save it with compare-and-set, append an audit entry, apply it to this instance. Other instances
 //! notice the new generation within `[admin] poll_ms` and apply it too ([`Control::poll`]).
 
-mod audit;
+pub(crate) mod audit;
 mod keys;
 mod lists;
 mod rollout;

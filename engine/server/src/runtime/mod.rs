@@ -597,19 +597,34 @@ impl Runtime {
     }
 }
 
+/// The control store: Redis in Redis mode (entries moved out of its audit log go to
+/// `<control dir>/audit/`), else files in the control directory.
+pub(crate) fn control_store(
+    cfg: &Validated,
+    redis: Option<&Arc<Redis>>,
+) -> Result<Arc<dyn crate::control::store::ControlStore>, String> {
+    use crate::control::store::{FileStore, RedisStore};
+    let dir = cfg.raw.control_dir();
+    let max = cfg.raw.admin.audit_max_entries;
+    Ok(match redis {
+        Some(r) => Arc::new(RedisStore::new(r.clone()).with_audit(max, dir.join("audit"))),
+        None => Arc::new(
+            FileStore::open(&dir)
+                .map_err(|e| e.to_string())?
+                .with_audit_max(max),
+        ),
+    })
+}
+
 /// The control plane: the store (Redis in Redis mode, else files), the identities (a bootstrap
 /// `admin` when none are configured), the session key.
 fn build_control(
     cfg: &Validated,
     redis: Option<&Arc<Redis>>,
 ) -> Result<crate::control::Control, StartError> {
-    use crate::control::store::{ControlStore, FileStore, RedisStore};
     let a = &cfg.raw.admin;
     let dir = cfg.raw.control_dir();
-    let store: Arc<dyn ControlStore> = match redis {
-        Some(r) => Arc::new(RedisStore::new(r.clone())),
-        None => Arc::new(FileStore::open(&dir).map_err(|e| StartError::Control(e.to_string()))?),
-    };
+    let store = control_store(cfg, redis).map_err(StartError::Control)?;
     let mut ids = a.identities();
     if ids.users.is_empty() && ids.tokens.is_empty() {
         let (user, file) = bootstrap_admin(&dir).map_err(StartError::Control)?;
