@@ -172,6 +172,17 @@ impl CheckRequest<'_> {
 
     /// [`CheckRequest::to_decide_trusting`] with the default trust: nginx headers, loopback
     /// proxies.
+    /// The value of cookie `name` in the `Cookie` headers (the first one of that name).
+    fn cookie(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("cookie"))
+            .flat_map(|(_, v)| v.split(';'))
+            .filter_map(|kv| kv.trim().split_once('='))
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.trim().trim_matches('"'))
+    }
+
     pub fn to_decide(&self) -> Result<DecideRequest, ForwardError> {
         self.to_decide_trusting(&ProxyTrust::default())
     }
@@ -269,11 +280,17 @@ impl CheckRequest<'_> {
         }
         let ip = self.client_ip(&trust.proxies);
         // Last value wins, as in a header map.
-        let headers: HashMap<String, String> = self
+        let mut headers: HashMap<String, String> = self
             .headers
             .iter()
             .map(|(n, v)| (n.to_ascii_lowercase(), v.to_string()))
             .collect();
+        // A browser's clearance comes as a cookie; the header, when sent too, wins.
+        if !headers.contains_key(crate::challenge::CLEARANCE_HEADER) {
+            if let Some(c) = self.cookie(crate::challenge::CLEARANCE_COOKIE) {
+                headers.insert(crate::challenge::CLEARANCE_HEADER.into(), c.to_string());
+            }
+        }
         let owned = |name: &str| self.header(name).map(str::to_string);
         let mut d = DecideRequest {
             app: app.to_string(),
@@ -502,6 +519,25 @@ mod tests {
         assert!(IpNet::parse("10.0.0.0/8")
             .unwrap()
             .contains("::ffff:10.1.2.3".parse().unwrap()));
+    }
+
+    /// The `rampart_clearance` cookie stands for `x-rampart-clearance` (which wins when both come).
+    #[test]
+    fn the_clearance_cookie_becomes_the_clearance_header() {
+        let t = trust(ProxyFamily::Nginx, TrustedProxies::default());
+        let h = [
+            ("x-app", "shop"),
+            ("cookie", "a=1; rampart_clearance=c1.tok; b=2"),
+        ];
+        let d = check(&h, "/v1/authz").to_decide_trusting(&t).unwrap();
+        assert_eq!(d.request.header("x-rampart-clearance"), Some("c1.tok"));
+        let h = [
+            ("x-app", "shop"),
+            ("cookie", "rampart_clearance=c1.cookie"),
+            ("x-rampart-clearance", "c1.header"),
+        ];
+        let d = check(&h, "/v1/authz").to_decide_trusting(&t).unwrap();
+        assert_eq!(d.request.header("x-rampart-clearance"), Some("c1.header"));
     }
 
     #[test]

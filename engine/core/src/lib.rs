@@ -5,6 +5,7 @@
 //! decision path ([`engine::Engine::decide`]) is a plain function of its inputs. The server crate
 //! supplies clocks, stores, metrics and the network.
 
+pub mod challenge;
 pub mod engine;
 pub mod forward;
 pub mod lifecycle;

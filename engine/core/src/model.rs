@@ -267,10 +267,12 @@ pub enum Code {
     RuleReview,
     StoreUnavailable,
     QuotaExhausted,
+    /// A proof-of-work solution or clearance that is wrong, expired, foreign or reused (v1.1).
+    ChallengeFailed,
 }
 
 impl Code {
-    pub const ALL: [Code; 14] = [
+    pub const ALL: [Code; 15] = [
         Code::Ok,
         Code::SignatureMissing,
         Code::SignatureInvalid,
@@ -285,6 +287,7 @@ impl Code {
         Code::RuleReview,
         Code::StoreUnavailable,
         Code::QuotaExhausted,
+        Code::ChallengeFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -303,6 +306,7 @@ impl Code {
             Code::RuleReview => "RULE_REVIEW",
             Code::StoreUnavailable => "STORE_UNAVAILABLE",
             Code::QuotaExhausted => "QUOTA_EXHAUSTED",
+            Code::ChallengeFailed => "CHALLENGE_FAILED",
         }
     }
 
@@ -316,7 +320,7 @@ impl Code {
             Code::ReplayDuplicate | Code::DuplicateSubmission | Code::QuotaExhausted => 409,
             Code::RateLimited => 429,
             Code::CircuitOpen | Code::StoreUnavailable => 503,
-            Code::RuleDeny => 403,
+            Code::RuleDeny | Code::ChallengeFailed => 403,
             Code::RuleChallenge => 401,
         }
     }
@@ -455,6 +459,18 @@ pub struct Verdict {
     /// The signing key the request's signature matched (set once the signature step passed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key_id: Option<std::sync::Arc<str>>,
+    /// With a `challenge` answer: the proof of work that passes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<crate::challenge::Challenge>,
+    /// After a verified solution: the clearance later requests carry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clearance: Option<crate::challenge::Clearance>,
+    /// The difficulty a rule asked for (`challenge(reason, #{difficulty: N})`).
+    #[serde(skip)]
+    pub challenge_difficulty: Option<u8>,
+    /// The request carried a valid solution or clearance (`req.cleared`).
+    #[serde(skip)]
+    pub cleared: bool,
 }
 
 impl Verdict {
@@ -476,6 +492,10 @@ impl Verdict {
             server_time_ms: None,
             skew_ms: None,
             key_id: None,
+            challenge: None,
+            clearance: None,
+            challenge_difficulty: None,
+            cleared: false,
         }
     }
 
@@ -498,6 +518,10 @@ impl Verdict {
             server_time_ms: None,
             skew_ms: None,
             key_id: None,
+            challenge: None,
+            clearance: None,
+            challenge_difficulty: None,
+            cleared: false,
         }
     }
 }

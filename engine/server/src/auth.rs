@@ -201,6 +201,13 @@ pub struct Sessions {
     pub ttl_ms: i64,
 }
 
+impl Sessions {
+    /// The shared key (other keys are derived from it: the challenges' when none is configured).
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.key
+    }
+}
+
 /// A decoded session cookie.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Session {

@@ -36,6 +36,9 @@ pub struct Metrics {
     api_errors: Family<Labels, Counter>,
     /// `TIMESTAMP_SKEW` by app and direction: mass rejections from client clocks show which app.
     timestamp_skew: Family<Vec<(&'static str, String)>, Counter>,
+    challenges_issued: Counter,
+    challenges_solved: Counter,
+    challenges_failed: Family<Vec<(&'static str, &'static str)>, Counter>,
     pub log_written: Counter,
     pub log_dropped: Counter,
     pub log_queue_depth: Gauge,
@@ -185,6 +188,28 @@ impl Metrics {
              ahead of or behind the server's (or the timestamp was unreadable)",
             timestamp_skew.clone(),
         );
+
+        let challenges_issued = Counter::default();
+        let challenges_solved = Counter::default();
+        let challenges_failed = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
+        registry.register(
+            "challenges_issued",
+            "Proof-of-work challenges sent with challenge answers",
+            challenges_issued.clone(),
+        );
+        registry.register(
+            "challenges_solved",
+            "Solutions verified and used (each earned a clearance)",
+            challenges_solved.clone(),
+        );
+        registry.register(
+            "challenges_failed",
+            "Solutions and clearances refused with CHALLENGE_FAILED, by reason",
+            challenges_failed.clone(),
+        );
+        for f in rampart_core::challenge::Failure::ALL {
+            let _ = challenges_failed.get_or_create(&vec![("reason", f.as_str())]);
+        }
 
         let rejections_family = Family::<Labels, Counter>::default();
         registry.register(
@@ -456,6 +481,9 @@ impl Metrics {
             degraded,
             api_errors,
             timestamp_skew,
+            challenges_issued,
+            challenges_solved,
+            challenges_failed,
             log_written,
             log_dropped,
             log_queue_depth,
@@ -520,6 +548,23 @@ impl Metrics {
     /// Counts one decision for `app` (an app the engine knows whenever the code is
     /// `TIMESTAMP_SKEW`: the window step comes after the signature).
     pub fn record(&self, app: &str, v: &Verdict, latency_s: f64) {
+        if v.challenge.is_some() {
+            self.challenges_issued.inc();
+        }
+        if v.clearance.is_some() {
+            self.challenges_solved.inc();
+        }
+        if v.code == Code::ChallengeFailed && v.rule.as_deref() == Some("challenge") {
+            let said = v.reasons.first().map(|r| r.message.as_str()).unwrap_or("");
+            if let Some(f) = rampart_core::challenge::Failure::ALL
+                .into_iter()
+                .find(|f| said.starts_with(f.as_str()))
+            {
+                self.challenges_failed
+                    .get_or_create(&vec![("reason", f.as_str())])
+                    .inc();
+            }
+        }
         // The window step's own refusals (a rule may answer the same code; it is not counted).
         if v.code == Code::TimestampSkew && v.step == Step::Window {
             let direction = match v.reasons.first().and_then(|r| r.skew_ms) {
@@ -608,6 +653,7 @@ fn plausible(step: Step, action: Action, code: Code) -> bool {
                         | Code::ReplayDuplicate
                         | Code::StoreUnavailable
                         | Code::TimestampSkew
+                        | Code::ChallengeFailed
                 )
         }
         Step::Fingerprint => {

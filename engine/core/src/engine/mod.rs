@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::ops::ControlFlow::{Break, Continue};
 use std::sync::Arc;
 
+use crate::challenge::ChallengeConfig;
 use crate::model::Arm;
 use crate::model::{Action, Code, DecideRequest, Reason, Step, Verdict};
 use crate::path::PathError;
@@ -78,6 +79,16 @@ pub struct Engine {
     /// The restart quarantine: timestamps whose acceptance span began before this instant (Unix
     /// ms) cannot be judged (`i64::MIN`: none). See [`Engine::set_restart_quarantine`].
     judge_from_ms: std::sync::atomic::AtomicI64,
+    /// Proof-of-work challenges and clearances.
+    challenge: ChallengeConfig,
+}
+
+/// What the request's challenge headers proved, before the tiers run.
+enum Pass {
+    None,
+    /// A verified solution, to be consumed after the nonce step.
+    Solution(crate::challenge::Solved),
+    Clearance,
 }
 
 /// Settings of the decision path that are not stores.
@@ -114,6 +125,65 @@ impl Engine {
             candidate: arc_swap::ArcSwapOption::empty(),
             lists: arc_swap::ArcSwap::from_pointee(DynamicLists::default()),
             judge_from_ms: std::sync::atomic::AtomicI64::new(i64::MIN),
+            challenge: ChallengeConfig::default(),
+        }
+    }
+
+    /// The challenge settings (keys, default difficulty, lifetimes, binding).
+    pub fn with_challenge(mut self, c: ChallengeConfig) -> Self {
+        self.challenge = c;
+        self
+    }
+
+    pub fn challenge_config(&self) -> &ChallengeConfig {
+        &self.challenge
+    }
+
+    /// Checks `x-rampart-solution` or `x-rampart-clearance`, statelessly (no store is touched
+    /// before the signature): a bad one is refused here with `CHALLENGE_FAILED`.
+    fn challenge_pass(&self, req: &DecideRequest, now_ms: i64) -> Result<Pass, Verdict> {
+        use crate::challenge::{subject, CLEARANCE_HEADER, SOLUTION_HEADER};
+        let [solution, clearance] = req.request.headers_of([SOLUTION_HEADER, CLEARANCE_HEADER]);
+        if solution.is_none() && clearance.is_none() {
+            return Ok(Pass::None);
+        }
+        let c = &self.challenge;
+        let who = subject(
+            c.binding,
+            req.client.device_id.as_deref(),
+            req.client.ip.as_deref(),
+        );
+        let checked = match (solution, clearance) {
+            (Some(s), _) => c
+                .verify_solution(s, &req.app, who, now_ms)
+                .map(Pass::Solution),
+            (None, Some(t)) => c
+                .verify_clearance(t, &req.app, who, now_ms)
+                .map(|()| Pass::Clearance),
+            (None, None) => Ok(Pass::None),
+        };
+        checked.map_err(|f| challenge_failed(Step::Edge, f, solution.is_some()))
+    }
+
+    /// A `challenge` answer gets its proof of work; a request whose solution was consumed gets
+    /// its clearance.
+    fn finish_challenge(&self, req: &DecideRequest, v: &mut Verdict, solved: bool, now_ms: i64) {
+        use crate::challenge::subject;
+        if v.code != Code::RuleChallenge && !solved {
+            return;
+        }
+        let c = &self.challenge;
+        let who = subject(
+            c.binding,
+            req.client.device_id.as_deref(),
+            req.client.ip.as_deref(),
+        );
+        if solved {
+            v.clearance = Some(c.clearance(&req.app, who, now_ms));
+        }
+        if v.code == Code::RuleChallenge {
+            let d = v.challenge_difficulty.unwrap_or(c.difficulty);
+            v.challenge = Some(c.issue(&req.app, who, d, now_ms));
         }
     }
 
@@ -367,6 +437,16 @@ impl Engine {
             v.ruleset_version = self.rules.snapshot().version().to_string();
             return Ok(v);
         }
+        // A proof of work or clearance, checked without any store (its single use is recorded
+        // after the nonce step): the edge rules already see `req.cleared`.
+        let pass = match self.challenge_pass(req, now_ms) {
+            Ok(p) => p,
+            Err(mut v) => {
+                v.ruleset_version = self.rules.snapshot().version().to_string();
+                return Ok(v);
+            }
+        };
+        let cleared = !matches!(pass, Pass::None);
         // One snapshot from the first tier to the last, even if a swap happens meanwhile.
         // A guard, not a clone: no shared reference count to bump on every decision.
         let candidate = self.candidate.load();
@@ -385,7 +465,31 @@ impl Engine {
             Some(r) => r.clone(),
             None => Req::from_context(&ctx),
         });
-        let mut v = self.decide_steps(&ctx, &set, rule_req.as_ref(), session, &body_hash, bad_path);
+        if let (true, Some(r)) = (cleared, &rule_req) {
+            r.set_cleared(true);
+        }
+        let solution = match &pass {
+            Pass::Solution(s) => Some(s),
+            _ => None,
+        };
+        let mut v = self.decide_steps(
+            &ctx,
+            &set,
+            rule_req.as_ref(),
+            session,
+            &body_hash,
+            bad_path,
+            solution,
+        );
+        v.cleared = cleared;
+        // Consumed once the request got past the nonce step (and the store took the record).
+        let consumed = solution.is_some()
+            && matches!(
+                v.step,
+                Step::Fingerprint | Step::Gateway | Step::Business | Step::Final
+            )
+            && !(v.step == Step::Fingerprint && v.code == Code::StoreUnavailable);
+        self.finish_challenge(req, &mut v, consumed, now_ms);
         v.shadow = std::mem::take(&mut session.shadow);
         v.score = session.score;
         v.ruleset_version = set.version().to_string();
@@ -426,6 +530,7 @@ impl Engine {
         session: &mut RuleSession,
         body_hash: &str,
         bad_path: Option<PathError>,
+        solution: Option<&crate::challenge::Solved>,
     ) -> Verdict {
         // 1. Edge rules (read-only).
         session.step("edge");
@@ -451,7 +556,15 @@ impl Engine {
             Continue(signed) => signed,
             Break(v) => return v,
         };
-        let mut v = self.decide_signed(ctx, set, rule_req, session, body_hash, (ts_raw, nonce));
+        let mut v = self.decide_signed(
+            ctx,
+            set,
+            rule_req,
+            session,
+            body_hash,
+            (ts_raw, nonce),
+            solution,
+        );
         v.key_id = Some(key_id);
         v
     }
@@ -466,6 +579,7 @@ impl Engine {
         session: &mut RuleSession,
         body_hash: &str,
         (ts_raw, nonce): (&str, &str),
+        solution: Option<&crate::challenge::Solved>,
     ) -> Verdict {
         // 3. Time window.
         session.step("window");
@@ -479,6 +593,13 @@ impl Engine {
             Continue(degraded) => degraded,
             Break(v) => return v,
         };
+        // A proof of work is used once: recorded now that the request is known fresh.
+        if let Some(s) = solution {
+            session.step("challenge");
+            if let Break(v) = self.consume_solution(ctx, s) {
+                return v;
+            }
+        }
         // 5. Duplicate-submission fingerprint.
         session.step("fingerprint");
         let degraded = match self.check_fingerprint(ctx, body_hash, degraded) {
@@ -502,6 +623,31 @@ impl Engine {
         v.degraded = degraded || session.degraded;
         v
     }
+}
+
+/// `CHALLENGE_FAILED` for `failure` (of a solution, or of a clearance).
+fn challenge_failed(step: Step, failure: crate::challenge::Failure, solution: bool) -> Verdict {
+    let what = if solution { "solution" } else { "clearance" };
+    Verdict::reject(
+        step,
+        Action::Deny,
+        Code::ChallengeFailed,
+        "challenge",
+        Reason::new(format!(
+            "{}: the {what} is {}",
+            failure.as_str(),
+            match failure {
+                crate::challenge::Failure::Malformed => "not well formed",
+                crate::challenge::Failure::Forged =>
+                    "not one this engine issued (or its key was retired)",
+                crate::challenge::Failure::Expired => "expired",
+                crate::challenge::Failure::ForeignApp => "for another app",
+                crate::challenge::Failure::ForeignSubject => "for another device or address",
+                crate::challenge::Failure::Unsolved => "not a solution: too few zero bits",
+                crate::challenge::Failure::Reused => "already used",
+            }
+        )),
+    )
 }
 
 /// `req` with its path normalised: borrowed when it is already in normal form (the common case),

@@ -316,6 +316,47 @@ impl Engine {
 }
 
 /// Strict Unix-ms parse: ASCII digits only (no sign, no spaces), at most 16 digits.
+impl Engine {
+    /// Records the single use of a verified solution in the fingerprint store (shared across
+    /// instances in Redis mode) until the challenge expires: a second use is `CHALLENGE_FAILED`
+    /// (`reused`). A failing store follows the fingerprint step's policy.
+    pub(super) fn consume_solution(
+        &self,
+        ctx: &DecisionContext<'_>,
+        s: &crate::challenge::Solved,
+    ) -> ControlFlow<Verdict, ()> {
+        let fp = {
+            use sha2::Digest;
+            let d = sha2::Sha256::new()
+                .chain_update(b"rampart-pow-used\0")
+                .chain_update(s.id.as_bytes())
+                .finalize();
+            u128::from_be_bytes(d[..16].try_into().expect("16 bytes"))
+        };
+        let ttl = (s.expires_ms - ctx.now_ms).max(1);
+        match self
+            .fingerprints
+            .insert_if_absent(&ctx.request.app, fp, ttl, ctx.now_ms)
+        {
+            Ok(true) => Continue(()),
+            Ok(false) => Break(super::challenge_failed(
+                Step::Nonce,
+                crate::challenge::Failure::Reused,
+                true,
+            )),
+            Err(e) => match self.store_failure(
+                self.on_store_error.fingerprint,
+                Step::Fingerprint,
+                "fingerprint",
+                &e,
+            ) {
+                Some(v) => Break(v),
+                None => Continue(()),
+            },
+        }
+    }
+}
+
 fn parse_timestamp(raw: &str) -> Option<i64> {
     if raw.is_empty() || raw.len() > 16 || !raw.bytes().all(|b| b.is_ascii_digit()) {
         return None;

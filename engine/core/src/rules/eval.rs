@@ -6,8 +6,8 @@ use super::helpers::with_replay;
 use super::request::Req;
 use super::source::{Mode, Rule};
 use super::state::{
-    DEGRADED, EVAL_NOW, IN_EDGE, IN_SHADOW, KEY_NS, LAST_RETRY, RESOLUTION, RULE_ID, SIMULATING,
-    STORE_DOWN,
+    CHALLENGE_DIFFICULTY, DEGRADED, EVAL_NOW, IN_EDGE, IN_SHADOW, KEY_NS, LAST_RETRY, RESOLUTION,
+    RULE_ID, SIMULATING, STORE_DOWN,
 };
 use crate::model::{Action, Code, Reason, ShadowHit, Step, Verdict};
 use crate::policy::{FailPolicy, Tier};
@@ -237,6 +237,10 @@ impl RuleSet {
                     let retry = LAST_RETRY.with(|r| r.get());
                     if code == Code::RateLimited && retry > 0 {
                         v.retry_after_ms = Some(retry);
+                    }
+                    if code == Code::RuleChallenge {
+                        v.challenge_difficulty =
+                            Some(CHALLENGE_DIFFICULTY.with(|d| d.replace(0))).filter(|d| *d > 0);
                     }
                     return Some(v);
                 }

@@ -63,6 +63,8 @@ enum P {
     /// The value of the `let` in this slot.
     Var(usize),
     Field(Box<P>, Getter),
+    /// `req.cleared`.
+    Cleared(Box<P>),
     Len(Box<P>),
     Param(Box<P>, Box<P>),
     Header(Box<P>, Box<P>),
@@ -94,6 +96,7 @@ impl P {
     fn size(&self) -> usize {
         1 + match self {
             P::Field(a, _)
+            | P::Cleared(a)
             | P::Len(a)
             | P::Not(a)
             | P::TypeOf(a)
@@ -141,7 +144,8 @@ pub(super) type Getter = fn(&ReqData) -> &str;
 /// The request's string getters (`req.ip`, …): the rule engine registers these, and the pre-check
 /// reads the same.
 /// The names of [`FIELDS`]: the properties `req` has.
-pub(super) const FIELD_NAMES: [&str; 13] = [
+pub(super) const FIELD_NAMES: [&str; 14] = [
+    "cleared",
     "app",
     "method",
     "path",
@@ -385,6 +389,9 @@ fn chain(base: P, rhs: &Expr, names: &[&str]) -> P {
             if name == "len" {
                 return P::Len(Box::new(base));
             }
+            if name == "cleared" {
+                return P::Cleared(Box::new(base));
+            }
             match FIELDS.iter().find(|(n, _)| *n == name) {
                 Some((_, get)) => P::Field(Box::new(base), *get),
                 None => P::Stop,
@@ -430,6 +437,10 @@ impl<'a> Cx<'a> {
             P::Var(slot) => self.vars.get(*slot).cloned(),
             P::Field(base, get) => match self.eval(base)? {
                 V::Req => self.string(V::Str(get(self.req))),
+                _ => None,
+            },
+            P::Cleared(base) => match self.eval(base)? {
+                V::Req => Some(V::Bool(self.req.cleared())),
                 _ => None,
             },
             P::Len(base) => {

@@ -7,7 +7,7 @@ use super::helpers::{
 };
 use super::lists::{IpList, StringList};
 use super::request::{waf_value, Req};
-use super::state::{by_policy, RuleState, EVAL_NOW, IN_SHADOW};
+use super::state::{by_policy, RuleState, CHALLENGE_DIFFICULTY, EVAL_NOW, IN_SHADOW};
 use crate::model::{Action, Code};
 use rhai::{EvalAltResult, ImmutableString, Position};
 use std::collections::HashMap;
@@ -76,6 +76,7 @@ pub(super) fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai:
             get(r).into()
         });
     }
+    e.register_get("cleared", |r: &mut Req| r.cleared());
     e.register_fn("header", |r: &mut Req, name: &str| -> ImmutableString {
         r.header(name).into()
     })
@@ -98,11 +99,42 @@ pub(super) fn build_engine(lists: Arc<Lists>, state: Option<RuleState>) -> rhai:
             reason: reason.to_string(),
         })
     });
-    e.register_fn("challenge", |reason: &str| Outcome::Terminal {
-        action: Action::Challenge,
-        code: Code::RuleChallenge,
-        reason: reason.to_string(),
+    e.register_fn("challenge", |reason: &str| {
+        CHALLENGE_DIFFICULTY.with(|d| d.set(0));
+        Outcome::Terminal {
+            action: Action::Challenge,
+            code: Code::RuleChallenge,
+            reason: reason.to_string(),
+        }
     });
+    e.register_fn(
+        "challenge",
+        |reason: &str, opts: rhai::Map| -> RhaiResult<Outcome> {
+            let mut difficulty = 0;
+            for (k, v) in opts {
+                match (k.as_str(), v.as_int()) {
+                    ("difficulty", Ok(n))
+                        if (1..=crate::challenge::MAX_DIFFICULTY as i64).contains(&n) =>
+                    {
+                        difficulty = n as u8
+                    }
+                    ("difficulty", _) => {
+                        return Err(rt_err(format!(
+                            "challenge: difficulty must be an integer from 1 to {}",
+                            crate::challenge::MAX_DIFFICULTY
+                        )))
+                    }
+                    (k, _) => return Err(rt_err(format!("challenge: unknown setting {k:?}"))),
+                }
+            }
+            CHALLENGE_DIFFICULTY.with(|d| d.set(difficulty));
+            Ok(Outcome::Terminal {
+                action: Action::Challenge,
+                code: Code::RuleChallenge,
+                reason: reason.to_string(),
+            })
+        },
+    );
     e.register_fn("review", |reason: &str| Outcome::Terminal {
         action: Action::Review,
         code: Code::RuleReview,

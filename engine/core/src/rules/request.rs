@@ -40,6 +40,9 @@ pub struct ReqData {
     pub(super) waf_hit: std::sync::OnceLock<Option<(crate::waf::Attack, &'static str)>>,
     /// The CRS's verdict on this request, judged once however many rules ask.
     pub(super) crs_hit: std::sync::OnceLock<crate::waf::crs::CrsVerdict>,
+    /// `req.cleared`: the request carries a verified solution or clearance (set before the
+    /// tiers run).
+    pub(super) cleared: std::sync::atomic::AtomicBool,
 }
 
 impl Req {
@@ -66,7 +69,15 @@ impl Req {
             now_ms,
             waf_hit: std::sync::OnceLock::new(),
             crs_hit: std::sync::OnceLock::new(),
+            cleared: std::sync::atomic::AtomicBool::new(false),
         }))
+    }
+
+    /// Marks the request cleared (a verified proof of work or clearance) for the rules.
+    pub fn set_cleared(&self, cleared: bool) {
+        self.0
+            .cleared
+            .store(cleared, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The judged request back: taken when this is the last handle (rules keep none once a
@@ -85,6 +96,11 @@ pub(super) fn or_empty(v: &Option<String>) -> &str {
 }
 
 impl ReqData {
+    /// `req.cleared`.
+    pub fn cleared(&self) -> bool {
+        self.cleared.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The judged request.
     pub fn request(&self) -> &DecideRequest {
         &self.src

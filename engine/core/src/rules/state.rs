@@ -212,6 +212,9 @@ thread_local! {
         const { std::cell::RefCell::new([None, None]) };
     /// `retry_after_ms` of the last refused `rate_limit` call on this thread.
     pub(super) static LAST_RETRY: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The difficulty of the last `challenge(reason, #{difficulty})` on this thread (0: the
+    /// configured one).
+    pub(super) static CHALLENGE_DIFFICULTY: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
     /// True while a shadow rule runs: helpers with lasting effects (claims, reports) only look.
     pub(super) static IN_SHADOW: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// True while an edge rule runs (before the signature): helpers that write state keyed by

@@ -4,8 +4,9 @@
 use super::{Config, ConfigError};
 
 /// Sections that `RAMPART_<SECTION>_<KEY>` may override (longest match first).
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "decision_log",
+    "challenge",
     "admin",
     "fingerprint",
     "server",

@@ -3,12 +3,13 @@
 //!
 //! One file per section, each with its struct, defaults and validator: [`server`], [`apps`],
 //! [`state`], [`fingerprint`] (with `[[routes]]`), [`decision_log`], [`rules`], [`waf`],
-//! [`admin`], [`log`]. [`env`] applies the environment overrides; [`summary`] is what a validated
+//! [`challenge`], [`admin`], [`log`]. [`env`] applies the environment overrides; [`summary`] is what a validated
 //! configuration prints about itself (`rampart check`, the console's settings page).
 //! [`Config::validate`] runs the section validators in a fixed order into one list of problems.
 
 mod admin;
 mod apps;
+mod challenge;
 mod decision_log;
 mod env;
 mod fingerprint;
@@ -30,6 +31,7 @@ use serde::Deserialize;
 
 pub use admin::{AdminConfig, AdminToken, AdminUser, BundleKey};
 pub use apps::{AppConfig, KeyConfig, ValidApp, ValidKey};
+pub use challenge::{BindTo, ChallengeSettings};
 pub use decision_log::{DecisionLogConfig, SpoolFull};
 pub use fingerprint::{FingerprintConfig, RouteConfig};
 pub use log::LogConfig;
@@ -61,6 +63,8 @@ pub struct Config {
     pub rules: RulesConfig,
     #[serde(default)]
     pub waf: WafConfig,
+    #[serde(default)]
+    pub challenge: ChallengeSettings,
     #[serde(default)]
     pub log: LogConfig,
     #[serde(default)]
@@ -116,6 +120,7 @@ impl Config {
             decision_log: DecisionLogConfig::default(),
             rules: RulesConfig::default(),
             waf: WafConfig::default(),
+            challenge: ChallengeSettings::default(),
             log: LogConfig::default(),
             // A local trial: rule sets may be uploaded from the console without a pipeline key.
             admin: AdminConfig {
@@ -174,6 +179,7 @@ impl Config {
         self.decision_log.check(&mut errs);
         self.rules.check(&mut errs);
         self.waf.check(&mut errs);
+        self.challenge.check(&mut errs);
         self.log.check(&mut errs);
         self.admin.check(&mut errs);
         self.server.check_tls_pair(&mut errs);

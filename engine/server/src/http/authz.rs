@@ -53,6 +53,24 @@ pub(super) async fn authz(rt: web::Data<Runtime>, req: HttpRequest) -> HttpRespo
             if let Some(k) = &out.key_id {
                 r.insert_header(("X-Rampart-Key-Id", k.as_str()));
             }
+            // A challenged browser's page reads the proof of work from these (or from the body);
+            // a verified solution's clearance comes back as the cookie the proxy passes on.
+            if let Some(c) = &out.challenge {
+                if let (Some(t), Some(d)) = (c["token"].as_str(), c["difficulty"].as_u64()) {
+                    r.insert_header(("X-Rampart-Challenge", t))
+                        .insert_header(("X-Rampart-Challenge-Difficulty", d.to_string()));
+                }
+            }
+            if let Some(t) = out.clearance.as_ref().and_then(|c| c["token"].as_str()) {
+                let ttl = rt.config.raw.challenge.clearance_ttl_ms / 1000;
+                r.insert_header((
+                    "Set-Cookie",
+                    format!(
+                        "{}={t}; Path=/; Max-Age={ttl}; HttpOnly; SameSite=Lax",
+                        rampart_core::challenge::CLEARANCE_COOKIE
+                    ),
+                ));
+            }
             if let Some(ms) = out.retry_after_ms.filter(|_| status == 429) {
                 r.insert_header(("Retry-After", ms.div_ceil(1000).max(1).to_string()));
             }

@@ -35,6 +35,17 @@ pub struct DecisionOut {
     /// the request or was not reached).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_id: Option<String>,
+    /// With a `challenge` answer: the proof of work that passes it (contract v1.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub challenge: Option<serde_json::Value>,
+    /// After a verified solution: the clearance later requests carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub clearance: Option<serde_json::Value>,
+    /// The request carried a valid solution or clearance (`req.cleared`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cleared: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -126,11 +137,16 @@ pub(super) fn judge(
         server_time_ms: verdict.server_time_ms,
         skew_ms: verdict.skew_ms,
         key_id: verdict.key_id.map(|k| k.to_string()),
+        challenge: verdict.challenge.map(|c| serde_json::json!(c)),
+        clearance: verdict.clearance.map(|c| serde_json::json!(c)),
+        cleared: verdict.cleared,
     })
 }
 
 /// Headers never recorded: credentials, and the anti-replay headers (useless once judged).
-const UNRECORDED_HEADERS: [&str; 10] = [
+const UNRECORDED_HEADERS: [&str; 12] = [
+    "x-rampart-solution",
+    "x-rampart-clearance",
     "authorization",
     "proxy-authorization",
     "cookie",

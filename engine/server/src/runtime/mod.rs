@@ -348,6 +348,8 @@ impl Runtime {
             cfg.raw.server.instance.as_str().into()
         };
         let control = build_control(&cfg, redis.as_ref())?;
+        // Challenges are MACed with a key every instance sharing the control store shares.
+        let engine = engine.with_challenge(cfg.raw.challenge.engine_config(control.sessions.key()));
         let s = &cfg.raw.server;
         let limits = Limits {
             max_body_bytes: s.max_body_bytes,
