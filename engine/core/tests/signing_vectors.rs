@@ -117,3 +117,27 @@ fn the_engine_agrees_with_every_rotation_vector() {
         assert_eq!(key.id(), s("matches"), "{}", s("name"));
     }
 }
+
+/// The proof-of-work vectors: the engine's solver finds the same smallest counters, and its bit
+/// count agrees with the recorded digests.
+#[test]
+fn the_engine_agrees_with_every_proof_of_work_vector() {
+    let text = std::fs::read_to_string(format!(
+        "{}/../../sdk/vectors.json",
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
+    ))
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let pow = v["pow"]["vectors"].as_array().unwrap();
+    assert!(pow.len() >= 3);
+    for t in pow {
+        let token = t["token"].as_str().unwrap();
+        let d = t["difficulty"].as_u64().unwrap() as u8;
+        let c = t["counter"].as_u64().unwrap();
+        assert_eq!(rampart_core::challenge::solve(token, d), c, "{token}");
+        assert_eq!(
+            rampart_core::challenge::zero_bits(token, &c.to_string()) as u64,
+            t["zero_bits"].as_u64().unwrap()
+        );
+    }
+}

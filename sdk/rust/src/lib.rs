@@ -206,3 +206,54 @@ pub fn now_ms() -> i64 {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
+
+/// Proof-of-work challenges (contract v1.1): a `challenge` answer carries
+/// `{"kind":"pow","algorithm":"sha256","difficulty":D,"token":…}`; the client finds a decimal
+/// counter `c` such that SHA-256 of `token + ":" + c` starts with at least `D` zero bits and sends
+/// the request again (new nonce, signed as usual) with `x-rampart-solution: <token>:<c>`. Shared
+/// vectors: `sdk/vectors.json` (`pow`).
+pub mod pow {
+    use sha2::{Digest, Sha256};
+
+    /// Leading zero bits of SHA-256(`token:counter`).
+    pub fn zero_bits(token: &str, counter: u64) -> u32 {
+        let d = Sha256::new()
+            .chain_update(token.as_bytes())
+            .chain_update(b":")
+            .chain_update(counter.to_string().as_bytes())
+            .finalize();
+        let mut bits = 0;
+        for b in d {
+            bits += b.leading_zeros();
+            if b != 0 {
+                break;
+            }
+        }
+        bits
+    }
+
+    /// The smallest solving counter. `progress` is called every 65,536 tries with the number of
+    /// tries so far (about `2^difficulty` are needed on average); return `false` to give up.
+    pub fn solve(
+        token: &str,
+        difficulty: u8,
+        mut progress: impl FnMut(u64) -> bool,
+    ) -> Option<u64> {
+        let mut c = 0u64;
+        loop {
+            if zero_bits(token, c) >= difficulty as u32 {
+                return Some(c);
+            }
+            c += 1;
+            if c % 65_536 == 0 && !progress(c) {
+                return None;
+            }
+        }
+    }
+
+    /// The `x-rampart-solution` header value for `token` solved at `difficulty`.
+    pub fn solution(token: &str, difficulty: u8) -> String {
+        let c = solve(token, difficulty, |_| true).expect("never given up");
+        format!("{token}:{c}")
+    }
+}

@@ -103,3 +103,29 @@ fn five_keys_are_refused() {
     };
     sign_with_keys(&[k; 5], &r);
 }
+
+#[test]
+fn every_proof_of_work_vector_solves_to_its_counter() {
+    let text = std::fs::read_to_string(format!(
+        "{}/../vectors.json",
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
+    ))
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for t in v["pow"]["vectors"].as_array().unwrap() {
+        let token = t["token"].as_str().unwrap();
+        let c = t["counter"].as_u64().unwrap();
+        let mut calls = 0;
+        let found =
+            rampart_sign::pow::solve(token, t["difficulty"].as_u64().unwrap() as u8, |_| {
+                calls += 1;
+                true
+            });
+        assert_eq!(found, Some(c), "{token}");
+        assert_eq!(calls as u64, c / 65_536, "progress every 65,536 tries");
+        assert_eq!(
+            rampart_sign::pow::zero_bits(token, c) as u64,
+            t["zero_bits"].as_u64().unwrap()
+        );
+    }
+}
