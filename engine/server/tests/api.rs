@@ -1049,7 +1049,8 @@ fn signed_for(app: &str, secret: &[u8], nonce: &str, ts: i64) -> Value {
 
 /// One app's signed flood spends its own nonce capacity only: with a Bloom filter it raises its
 /// own false-positive rate, never another app's; with exact nonces it fills its own store, and
-/// the other app's requests still pass.
+/// the other app's requests still pass. (The quiet app is sized for its own 200 quick requests:
+/// sized at 100/s like the loud one, those alone overloaded its filter now and then.)
 #[actix_web::test]
 async fn one_apps_flood_cannot_starve_another_app() {
     for mode in ["bloom", "exact"] {
@@ -1057,7 +1058,7 @@ async fn one_apps_flood_cannot_starve_another_app() {
             &format!("per-app-{mode}"),
             &format!(
                 "[[apps]]\nid = \"loud\"\nsecret = \"loud-secret\"\nwindow_ms = 5000\n\
-                 [[apps]]\nid = \"quiet\"\nsecret = \"quiet-secret\"\nwindow_ms = 5000\n\
+                 [[apps]]\nid = \"quiet\"\nsecret = \"quiet-secret\"\nwindow_ms = 5000\nexpected_rps = 5000\n\
                  [state]\nnonce_mode = \"{mode}\"\nexpected_rps = 100\nexact_max_entries = 300\n\
                  [rules]\ndefaults = false\n\
                  [decision_log]\ndir = \"{{dir}}/log\"\n[admin]\nstate_dir = \"{{dir}}/control\"\n"
