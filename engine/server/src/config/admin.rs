@@ -37,6 +37,9 @@ pub struct AdminConfig {
     pub key_approval: bool,
 }
 
+/// Entries the live audit log keeps unless `audit_max_entries` says otherwise.
+pub const DEFAULT_AUDIT_MAX: usize = 100_000;
+
 impl Default for AdminConfig {
     fn default() -> Self {
         AdminConfig {
@@ -52,7 +55,7 @@ impl Default for AdminConfig {
             canary_max_refusal_increase: 0.05,
             canary_max_error_increase: 0.01,
             compiled_versions: 4,
-            audit_max_entries: crate::control::store::DEFAULT_AUDIT_MAX,
+            audit_max_entries: DEFAULT_AUDIT_MAX,
             bundle_keys: Vec::new(),
             allow_unsigned_uploads: false,
             key_approval: false,

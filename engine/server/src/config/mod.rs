@@ -29,7 +29,7 @@ use rampart_core::policy::{AppPolicy, DedupPolicy, RoutePolicy};
 use rampart_core::replay::bloom::SlicedBloomConfig;
 use serde::Deserialize;
 
-pub use admin::{AdminConfig, AdminToken, AdminUser, BundleKey};
+pub use admin::{AdminConfig, AdminToken, AdminUser, BundleKey, DEFAULT_AUDIT_MAX};
 pub use apps::{AppConfig, KeyConfig, ValidApp, ValidKey};
 pub use challenge::{BindTo, ChallengeSettings};
 pub use decision_log::{DecisionLogConfig, SpoolFull};

@@ -58,7 +58,7 @@ pub trait ControlStore: Send + Sync {
 }
 
 /// Entries the live audit log keeps unless `[admin] audit_max_entries` says otherwise.
-pub const DEFAULT_AUDIT_MAX: usize = 100_000;
+pub use crate::config::DEFAULT_AUDIT_MAX;
 
 /// The audit log as stored: `(where, line)` in order, exports first, and the recorded head (the
 /// hash of the last line written).
