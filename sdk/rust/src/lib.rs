@@ -245,7 +245,7 @@ pub mod pow {
                 return Some(c);
             }
             c += 1;
-            if c % 65_536 == 0 && !progress(c) {
+            if c.is_multiple_of(65_536) && !progress(c) {
                 return None;
             }
         }

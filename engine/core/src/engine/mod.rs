@@ -83,6 +83,14 @@ pub struct Engine {
     challenge: ChallengeConfig,
 }
 
+/// What the anti-replay steps need from the request besides the context: its body's hash and a
+/// verified proof-of-work solution to record as used.
+#[derive(Clone, Copy)]
+struct Carried<'a> {
+    body_hash: &'a str,
+    solution: Option<&'a crate::challenge::Solved>,
+}
+
 /// What the request's challenge headers proved, before the tiers run.
 enum Pass {
     None,
@@ -141,7 +149,7 @@ impl Engine {
 
     /// Checks `x-rampart-solution` or `x-rampart-clearance`, statelessly (no store is touched
     /// before the signature): a bad one is refused here with `CHALLENGE_FAILED`.
-    fn challenge_pass(&self, req: &DecideRequest, now_ms: i64) -> Result<Pass, Verdict> {
+    fn challenge_pass(&self, req: &DecideRequest, now_ms: i64) -> Result<Pass, Box<Verdict>> {
         use crate::challenge::{subject, CLEARANCE_HEADER, SOLUTION_HEADER};
         let [solution, clearance] = req.request.headers_of([SOLUTION_HEADER, CLEARANCE_HEADER]);
         if solution.is_none() && clearance.is_none() {
@@ -162,7 +170,7 @@ impl Engine {
                 .map(|()| Pass::Clearance),
             (None, None) => Ok(Pass::None),
         };
-        checked.map_err(|f| challenge_failed(Step::Edge, f, solution.is_some()))
+        checked.map_err(|f| Box::new(challenge_failed(Step::Edge, f, solution.is_some())))
     }
 
     /// A `challenge` answer gets its proof of work; a request whose solution was consumed gets
@@ -443,7 +451,7 @@ impl Engine {
             Ok(p) => p,
             Err(mut v) => {
                 v.ruleset_version = self.rules.snapshot().version().to_string();
-                return Ok(v);
+                return Ok(*v);
             }
         };
         let cleared = !matches!(pass, Pass::None);
@@ -472,15 +480,11 @@ impl Engine {
             Pass::Solution(s) => Some(s),
             _ => None,
         };
-        let mut v = self.decide_steps(
-            &ctx,
-            &set,
-            rule_req.as_ref(),
-            session,
-            &body_hash,
-            bad_path,
+        let carried = Carried {
+            body_hash: &body_hash,
             solution,
-        );
+        };
+        let mut v = self.decide_steps(&ctx, &set, rule_req.as_ref(), session, carried, bad_path);
         v.cleared = cleared;
         // Consumed once the request got past the nonce step (and the store took the record).
         let consumed = solution.is_some()
@@ -528,9 +532,8 @@ impl Engine {
         set: &RuleSet,
         rule_req: Option<&Req>,
         session: &mut RuleSession,
-        body_hash: &str,
+        carried: Carried<'_>,
         bad_path: Option<PathError>,
-        solution: Option<&crate::challenge::Solved>,
     ) -> Verdict {
         // 1. Edge rules (read-only).
         session.step("edge");
@@ -552,19 +555,11 @@ impl Engine {
         }
         // 2. Signature.
         session.step("signature");
-        let (ts_raw, nonce, key_id) = match self.check_signature(ctx, body_hash) {
+        let (ts_raw, nonce, key_id) = match self.check_signature(ctx, carried.body_hash) {
             Continue(signed) => signed,
             Break(v) => return v,
         };
-        let mut v = self.decide_signed(
-            ctx,
-            set,
-            rule_req,
-            session,
-            body_hash,
-            (ts_raw, nonce),
-            solution,
-        );
+        let mut v = self.decide_signed(ctx, set, rule_req, session, carried, (ts_raw, nonce));
         v.key_id = Some(key_id);
         v
     }
@@ -577,9 +572,8 @@ impl Engine {
         set: &RuleSet,
         rule_req: Option<&Req>,
         session: &mut RuleSession,
-        body_hash: &str,
+        carried: Carried<'_>,
         (ts_raw, nonce): (&str, &str),
-        solution: Option<&crate::challenge::Solved>,
     ) -> Verdict {
         // 3. Time window.
         session.step("window");
@@ -594,7 +588,7 @@ impl Engine {
             Break(v) => return v,
         };
         // A proof of work is used once: recorded now that the request is known fresh.
-        if let Some(s) = solution {
+        if let Some(s) = carried.solution {
             session.step("challenge");
             if let Break(v) = self.consume_solution(ctx, s) {
                 return v;
@@ -602,7 +596,7 @@ impl Engine {
         }
         // 5. Duplicate-submission fingerprint.
         session.step("fingerprint");
-        let degraded = match self.check_fingerprint(ctx, body_hash, degraded) {
+        let degraded = match self.check_fingerprint(ctx, carried.body_hash, degraded) {
             Continue(degraded) => degraded,
             Break(v) => return v,
         };
