@@ -183,6 +183,13 @@ impl CheckRequest<'_> {
             .map(|(_, v)| v.trim().trim_matches('"'))
     }
 
+    /// The client's address as the configured proxies report it: the right-most hop of the
+    /// forwarding chain that is not a trusted proxy (see `to_decide_trusting`), the TCP peer when
+    /// that peer is not a trusted proxy.
+    pub fn client(&self, trust: &TrustedProxies) -> Option<String> {
+        self.client_ip(trust)
+    }
+
     pub fn to_decide(&self) -> Result<DecideRequest, ForwardError> {
         self.to_decide_trusting(&ProxyTrust::default())
     }

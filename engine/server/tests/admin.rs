@@ -780,6 +780,36 @@ fn sessions_need_csrf_for_changes_logout_revokes_and_logins_are_throttled() {
     assert_eq!(st, 429, "the client address is locked out as well");
 }
 
+/// Login throttling keys on the client address the trusted proxies report, not on the TCP peer:
+/// behind a load balancer (here, loopback, trusted by default) one client's failures must not
+/// lock every other client out. Before, every login through the balancer shared one counter.
+#[test]
+fn login_throttling_keys_on_the_client_behind_a_trusted_proxy() {
+    let d = temp_dir("admin-throttle-xff");
+    let e = Engine::start(&d, "throttle", &config(&d, "login_max_failures = 3\n"));
+    let login = |user: &str, xff: &str| -> u16 {
+        agent()
+            .post(&format!("{}/admin/v1/login", e.base))
+            .header("content-type", "application/json")
+            .header("x-forwarded-for", xff)
+            .send(json!({"user": user, "password": "wrong"}).to_string())
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    // Three names (each below its own limit) from one client lock that client out.
+    for u in ["u1", "u2", "u3"] {
+        assert_eq!(login(u, "198.51.100.1"), 401);
+    }
+    assert_eq!(login("u4", "198.51.100.1"), 429, "the client is locked out");
+    // Another client through the same balancer is not.
+    assert_eq!(
+        login("u5", "198.51.100.2"),
+        401,
+        "another client is not locked out"
+    );
+}
+
 #[test]
 fn the_regression_endpoint_reports_rates_hits_and_changed_samples() {
     let d = temp_dir("admin-regress");

@@ -35,13 +35,24 @@ fn auth_error(rt: &Runtime, e: AuthError) -> ApiError {
     }
 }
 
-fn client_key(req: &HttpRequest) -> String {
-    format!(
-        "ip:{}",
-        req.peer_addr()
-            .map(|a| a.ip().to_string())
-            .unwrap_or_default()
-    )
+fn client_key(rt: &Runtime, req: &HttpRequest) -> String {
+    // Behind a load balancer every peer is the balancer: the client is what the trusted proxies
+    // say ([server] trusted_proxies), as for forward-auth; an untrusted peer is the client itself.
+    let headers: Vec<(&str, &str)> = req
+        .headers()
+        .iter()
+        .filter(|(n, _)| *n == "x-forwarded-for" || *n == "x-real-ip")
+        .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)))
+        .collect();
+    let peer = req.peer_addr().map(|a| a.ip().to_string());
+    let client = rampart_core::forward::CheckRequest {
+        headers: &headers,
+        method: "",
+        path_and_query: "",
+        peer_ip: peer.as_deref(),
+    }
+    .client(&rt.proxy_trust.proxies);
+    format!("ip:{}", client.or(peer).unwrap_or_default())
 }
 
 /// Checks a user's password, with throttling by user name and by client address.
@@ -152,7 +163,7 @@ fn authenticate(rt: &Runtime, req: &HttpRequest) -> Result<Principal, AuthError>
             let (user, password) = raw
                 .split_once(':')
                 .ok_or_else(|| AuthError::Unauthenticated("malformed Basic credentials".into()))?;
-            return check_password(rt, client_key(req), user, password);
+            return check_password(rt, client_key(rt, req), user, password);
         }
         return Err(AuthError::Unauthenticated(format!(
             "unsupported Authorization scheme {scheme:?} (use Bearer or Basic)"
@@ -264,7 +275,7 @@ pub(super) async fn login(
 ) -> Result<HttpResponse, ApiError> {
     let l: Login = json_body(&rt, &req, payload).await?;
     let rt2 = rt.clone().into_inner();
-    let client = client_key(&req);
+    let client = client_key(&rt, &req);
     // argon2 takes tens of milliseconds: off the worker.
     let p = web::block(move || check_password(&rt2, client, &l.user, &l.password))
         .await

@@ -160,6 +160,11 @@ impl Control {
             let (audit, out) = f(&mut next)?;
             next.generation = cur.generation + 1;
             if self.store.save(&next).map_err(store_err)? {
+                // Applied first, here, in the request's span: the poll for other instances'
+                // changes would otherwise find this one while the audit entry is written.
+                if let Err(e) = self.apply(rt, &next) {
+                    tracing::error!(error = %e, "saved a control state this instance cannot apply");
+                }
                 self.audit(
                     who,
                     &audit.action,
@@ -168,9 +173,6 @@ impl Control {
                     audit.after,
                     audit.detail,
                 );
-                if let Err(e) = self.apply(rt, &next) {
-                    tracing::error!(error = %e, "saved a control state this instance cannot apply");
-                }
                 return Ok(out);
             }
         }
