@@ -83,11 +83,11 @@ fn memory_per_nonce(redis: &RedisServer) -> (f64, f64) {
         std::thread::sleep(Duration::from_millis(200));
         let before = redis.used_memory();
         let r = Redis::start(&settings(&redis.url(), mode), RedisCounters::default()).unwrap();
-        let layout = BloomLayout::new(&cfg, 16, 7);
+        let layout = BloomLayout::new(&cfg, 16);
         let nonce_mode = if mode == "exact" {
             NonceMode::Exact
         } else {
-            NonceMode::Bloom(layout)
+            NonceMode::Bloom(vec![("shop".to_string(), layout)])
         };
         // A long margin keeps every key alive until it is measured (it changes no size).
         let store = Arc::new(RedisNonces::new(r, nonce_mode, retention, 600_000));

@@ -279,6 +279,11 @@ impl Metrics {
             "Redis calls refused without trying, during the cool-down after failures",
             redis.fast_failures.clone(),
         );
+        registry.register(
+            "redis_resent",
+            "Nonce and fingerprint writes sent again after no answer (they recognise their own first run)",
+            redis.resent.clone(),
+        );
         let redis_up = Gauge::default();
         registry.register(
             "redis_up",

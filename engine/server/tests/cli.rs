@@ -84,6 +84,48 @@ fn check_prints_filter_sizing_and_the_seed_scenario_fits_in_64_mb() {
     assert!(out.contains("expected false-positive rate"), "{out}");
 }
 
+/// Compact Redis mode keeps one set of bitmaps per app, each sized for the app's own rate: three
+/// apps cost the sum of their three layouts, which `check` prints (it used to size one filter for
+/// the whole fleet, whatever the number of apps).
+#[test]
+fn check_sizes_the_redis_compact_filter_per_app() {
+    let d = temp_dir("redis-sizing");
+    let mib_of = |out: &str, prefix: &str| -> f64 {
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix(prefix))
+            .and_then(|l| l.split(" MiB").next())
+            .unwrap_or_else(|| panic!("no {prefix:?} in {out}"))
+            .parse()
+            .unwrap()
+    };
+    let state = "[state]\nbackend='redis'\nredis_url='redis://127.0.0.1:1'\nnonce_mode='bloom'\nexpected_rps=20000\n";
+    let one = write(
+        &d,
+        "one.toml",
+        &format!("[[apps]]\nid='a'\nsecret='x'\n{state}"),
+    );
+    let three = write(
+        &d,
+        "three.toml",
+        &format!(
+            "[[apps]]\nid='a'\nsecret='x'\n[[apps]]\nid='b'\nsecret='y'\n\
+             [[apps]]\nid='c'\nsecret='z'\nexpected_rps=200000\n{state}"
+        ),
+    );
+    let (code, out1, err) = run(&["check", "--config", one.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out3, err) = run(&["check", "--config", three.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let a = mib_of(&out1, "in Redis (compact mode): ");
+    let c = mib_of(&out3, "in Redis, app c: ");
+    assert_eq!(mib_of(&out3, "in Redis, app a: "), a, "{out3}");
+    assert_eq!(mib_of(&out3, "in Redis, app b: "), a, "{out3}");
+    assert!(c > 5.0 * a, "app c takes 10× the rate: {out3}");
+    let total = mib_of(&out3, "in Redis (compact mode): ");
+    assert!((total - (2.0 * a + c)).abs() < 0.2, "{out3}");
+    assert!(out3.contains("for 3 app(s)"), "{out3}");
+}
+
 #[test]
 fn sign_reproduces_the_contract_test_vector() {
     let (code, out, _) = run(&[

@@ -478,6 +478,25 @@ fn single_node_three_instances_act_as_one() {
     replay_on_another_instance(&bloom, "sb-flushed");
     claims_are_exact_over_instances(&bloom, "sb-flushed");
     drop(bloom);
+    // Each app's compact filter is recorded under its own key, with a probe seed the first
+    // instance drew at random (not derived from anything an app's key holder can read): without
+    // the record, the next instance under the same prefix draws another one.
+    let layout = |r: &RedisServer| r.cli(&["GET", "rampart:nb:layout:shop"]);
+    let first = layout(&redis);
+    assert!(
+        first.starts_with("v2 ") && first.contains(" seed="),
+        "{first:?}"
+    );
+    assert_eq!(redis.cli(&["DEL", "rampart:nb:layout:shop"]), "1");
+    drop(fleet(
+        &dir,
+        1,
+        "reseeded",
+        &format!("redis_url = \"{url}\"\nnonce_mode = \"bloom\"\n"),
+    ));
+    let second = layout(&redis);
+    assert_eq!(first.split(" seed=").next(), second.split(" seed=").next());
+    assert_ne!(first, second, "a new record draws a new seed");
     // An instance whose filter layout differs would probe other bits and miss the fleet's
     // nonces: it refuses to start under the same prefix.
     let (code, err) = Engine::refused(
@@ -536,6 +555,51 @@ fn three_master_cluster_three_instances_act_as_one() {
     let exact = fleet(&dir, 2, "cluster-exact", &state);
     replay_on_another_instance(&exact, "ce");
     exactly_one_of_concurrent_identical_requests_passes(&exact, "ce");
+    drop(exact);
+    paused_masters_run_each_write_once(&cluster, &dir, &nodes);
+}
+
+/// Every master holds writes for 450 ms (`CLIENT PAUSE … WRITE`: the commands run when the pause
+/// ends) while the engine waits 300 ms for an answer. The cluster client used to re-send the
+/// command on the same connection at once: the request passed on the first answer, and the
+/// second (a "seen" for its own nonce) stayed in the connection for the next request to read — a
+/// fresh request judged `REPLAY_DUPLICATE`. Now the client never re-sends on its own; the engine
+/// sends the nonce write again on a fresh connection and it recognises its own first run.
+fn paused_masters_run_each_write_once(cluster: &RedisCluster, dir: &Path, nodes: &[String]) {
+    for mode in ["bloom", "exact"] {
+        let tag = format!("cp-{mode}");
+        let state = format!(
+            "redis_cluster_nodes = [{}]\nnonce_mode = \"{mode}\"\nredis_prefix = \"{tag}\"\n\
+             redis_timeout_ms = 300\n",
+            nodes.join(", ")
+        );
+        let e = Engine::start(dir, &tag, &config(&rules(dir), &state));
+        for round in 0..3 {
+            let c = call(
+                "/api/x",
+                &format!("{{\"pause\":{round}}}"),
+                "u-pause",
+                fresh(&tag),
+            );
+            for n in &cluster.nodes {
+                assert_eq!(n.cli(&["CLIENT", "PAUSE", "450", "WRITE"]), "OK");
+            }
+            let (s, v) = e.decide(&c.json());
+            assert_eq!((s, code(&v)), (200, "OK"), "{mode}: {v}");
+            let (_, v) = e.decide(&c.json());
+            assert_eq!(code(&v), "REPLAY_DUPLICATE", "{mode}: {v}");
+            for i in 0..20 {
+                let body = format!("{{\"after\":{i},\"round\":{round}}}");
+                let c = call("/api/x", &body, "u-pause", fresh(&tag));
+                let (_, v) = e.decide(&c.json());
+                assert_eq!(
+                    code(&v),
+                    "OK",
+                    "{mode}, a fresh request after the pause: {v}"
+                );
+            }
+        }
+    }
 }
 
 /// Load from a few threads against an engine until `stop`; every answer's (HTTP status, code,
@@ -713,4 +777,150 @@ fn redis_killed_mid_load_answers_by_the_declared_policy_and_recovers() {
         0.0,
         "{lm}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slow answers: a write that ran but whose answer came late
+
+/// A TCP proxy in front of Redis that can hold back one answer: armed with byte patterns, it
+/// delays the answer to the first command (on any connection) whose bytes contain one of them.
+/// The command itself reaches Redis at once, so it runs; only its answer is late.
+/// Byte patterns to watch for, and how long to hold back the answer of the command that has one.
+type Trigger = Arc<Mutex<Option<(Vec<Vec<u8>>, Duration)>>>;
+
+struct SlowAnswers {
+    port: u16,
+    armed: Trigger,
+}
+
+impl SlowAnswers {
+    fn start(redis_port: u16) -> SlowAnswers {
+        use std::io::{Read, Write};
+        use std::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed: Trigger = Arc::default();
+        let armed2 = armed.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", redis_port)) else {
+                    continue;
+                };
+                let delay: Arc<Mutex<Option<Duration>>> = Arc::default();
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (armed, d1) = (armed2.clone(), delay.clone());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = c_in.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        let chunk = &buf[..n];
+                        let mut a = armed.lock().unwrap();
+                        let hit = a.as_ref().is_some_and(|(pats, _)| {
+                            pats.iter()
+                                .any(|p| chunk.windows(p.len()).any(|w| w == &p[..]))
+                        });
+                        if hit {
+                            *d1.lock().unwrap() = a.take().map(|(_, d)| d);
+                        }
+                        drop(a);
+                        if s_out.write_all(chunk).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = s_out.shutdown(std::net::Shutdown::Both);
+                });
+                let (mut s_in, mut c_out) = (server, client);
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = s_in.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        if let Some(d) = delay.lock().unwrap().take() {
+                            std::thread::sleep(d);
+                        }
+                        if c_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = c_out.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        SlowAnswers { port, armed }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Holds back, by `d`, the answer to the next command containing any of `patterns`.
+    fn arm(&self, patterns: &[&[u8]], d: Duration) {
+        *self.armed.lock().unwrap() = Some((patterns.iter().map(|p| p.to_vec()).collect(), d));
+    }
+
+    fn fired(&self) -> bool {
+        self.armed.lock().unwrap().is_none()
+    }
+}
+
+/// The nonce write of a request ran, but its answer came after `redis_timeout_ms`: the engine
+/// sends it again on a fresh connection, the second run recognises the first one's write by its
+/// token, and the request passes — once (its replay is still refused), in both nonce modes. With
+/// blind retries the request was refused (`STORE_UNAVAILABLE`, or judged a replay of itself).
+#[test]
+fn a_nonce_write_whose_answer_came_late_is_not_judged_a_replay_of_itself() {
+    let redis = RedisServer::start();
+    let proxy = SlowAnswers::start(redis.port);
+    let dir = temp_dir("redis-slow");
+    let rules = rules(&dir);
+    for (mode, tag) in [("exact", "slow-x"), ("bloom", "slow-b")] {
+        let e = Engine::start(
+            &dir,
+            tag,
+            &config(
+                &rules,
+                &format!(
+                    "redis_url = \"{}\"\nnonce_mode = \"{mode}\"\nredis_prefix = \"{tag}\"\n\
+                     redis_timeout_ms = 300\n",
+                    proxy.url()
+                ),
+            ),
+        );
+        let warm = call("/api/x", "{}", "u-slow", fresh(tag));
+        assert_eq!(code(&e.decide(&warm.json()).1), "OK");
+        for i in 0..3 {
+            // The nonce write: a `SET`/script on `<p>:n:shop:<nonce>` (exact), or the bitmap
+            // script with its `SET u1 <bit> 1` probes (compact).
+            proxy.arm(&[b":n:shop:", b"\r\nu1\r\n"], Duration::from_millis(600));
+            let c = call("/api/x", &format!("{{\"slow\":{i}}}"), "u-slow", fresh(tag));
+            let (s, v) = e.decide(&c.json());
+            assert!(proxy.fired(), "the nonce write went through the proxy");
+            assert_eq!((s, code(&v)), (200, "OK"), "{mode}: {v}");
+            let (_, v) = e.decide(&c.json());
+            assert_eq!(code(&v), "REPLAY_DUPLICATE", "{mode}: {v}");
+        }
+        // Nothing is out of step afterwards: every fresh request passes.
+        for i in 0..30 {
+            let c = call(
+                "/api/x",
+                &format!("{{\"after\":{i}}}"),
+                "u-slow",
+                fresh(tag),
+            );
+            let (_, v) = e.decide(&c.json());
+            assert_eq!(code(&v), "OK", "{mode}: {v}");
+        }
+        let metrics = e.metrics();
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("rampart_redis_resent_total ") && !l.ends_with(" 0")),
+            "{metrics}"
+        );
+    }
 }

@@ -200,7 +200,7 @@ impl Validated {
         let redis_bytes = live * 100.0;
         let mib = |b: f64| b / (1024.0 * 1024.0);
         let n = v.apps.len();
-        match st.nonce_mode {
+        let mut report = match st.nonce_mode {
             NonceMode::Bloom => {
                 let f = &v.filter;
                 let d = f.design();
@@ -247,6 +247,63 @@ impl Validated {
                     v.retention_ms,
                     mib(live * 96.0),
                     mib(cap as f64 * 96.0)
+                )
+            }
+        };
+        if st.backend == super::state::Backend::Redis {
+            report.push_str(&v.redis_sizing(total_rps));
+        }
+        report
+    }
+
+    /// The Redis side of the nonce store (`backend = "redis"`): in compact mode one set of
+    /// bitmaps per app, each sized for the app's rate, plus the short-lived token keys that make
+    /// a second send of a call recognise itself; in exact mode one key per live nonce.
+    fn redis_sizing(&self, total_rps: u64) -> String {
+        let st = &self.raw.state;
+        let mib = |b: f64| b / (1024.0 * 1024.0);
+        // A token key: ~60 B of name, its value and expiry, and Redis's per-key overhead.
+        let token_keys = total_rps as f64 * (2.0 * st.redis_timeout_ms as f64 + 100.0) / 1000.0;
+        match st.nonce_mode {
+            NonceMode::Bloom => {
+                let layouts: Vec<(&str, crate::redis_state::BloomLayout)> = self
+                    .apps
+                    .iter()
+                    .map(|a| {
+                        let l = crate::redis_state::BloomLayout::new(
+                            &self.filter_for(&a.id),
+                            st.bloom_shards,
+                        );
+                        (a.id.as_str(), l)
+                    })
+                    .collect();
+                let total: u64 = layouts.iter().map(|(_, l)| l.memory_bytes()).sum();
+                let mut s = format!(
+                    "\n  in Redis (compact mode): {:.1} MiB of bitmaps for {} app(s) ({} shards per slice), \
+                     plus ~{:.1} MiB of token keys (one per new nonce for 2 × redis_timeout_ms + 100 ms) \
+                     at {total_rps} requests/s",
+                    mib(total as f64),
+                    layouts.len(),
+                    st.bloom_shards,
+                    mib(token_keys * 120.0),
+                );
+                for (id, l) in &layouts {
+                    s.push_str(&format!(
+                        "\n  in Redis, app {id}: {:.1} MiB ({} slices × {} shards × {} B, k = {})",
+                        mib(l.memory_bytes() as f64),
+                        l.live_slices(),
+                        l.shards,
+                        l.bytes_per_shard(),
+                        l.k
+                    ));
+                }
+                s
+            }
+            NonceMode::Exact => {
+                let live = total_rps as f64 * self.retention_ms as f64 / 1000.0;
+                format!(
+                    "\n  in Redis (exact mode): ~{:.0} MiB at {total_rps} requests/s (~110 B per live nonce)",
+                    mib(live * 110.0)
                 )
             }
         }

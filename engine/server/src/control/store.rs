@@ -553,7 +553,7 @@ impl RedisStore {
             .redis
             .call(move |c| {
                 redis::cmd("LRANGE")
-                    .arg(k2)
+                    .arg(&k2)
                     .arg(0)
                     .arg(n as i64 - 1)
                     .query(c)
@@ -570,9 +570,9 @@ impl RedisStore {
             .redis
             .call(move |c| {
                 redis::Script::new(AUDIT_TRIM)
-                    .key(k)
+                    .key(&k)
                     .arg(n)
-                    .arg(first)
+                    .arg(&first)
                     .invoke(c)
             })
             .map_err(err)?;
@@ -585,7 +585,7 @@ impl RedisStore {
 
     fn get(&self, key: String) -> Result<Option<Vec<u8>>, StoreError> {
         self.redis
-            .call(move |c| redis::cmd("GET").arg(key).query::<Option<Vec<u8>>>(c))
+            .call(move |c| redis::cmd("GET").arg(&key).query::<Option<Vec<u8>>>(c))
             .map_err(err)
     }
 }
@@ -614,11 +614,11 @@ impl ControlStore for RedisStore {
             .redis
             .call(move |c| {
                 redis::Script::new(CAS_SCRIPT)
-                    .key(kg)
-                    .key(ks)
+                    .key(&kg)
+                    .key(&ks)
                     .arg(g - 1)
                     .arg(g)
-                    .arg(body)
+                    .arg(&body)
                     .invoke(c)
             })
             .map_err(err)?;
@@ -640,13 +640,13 @@ impl ControlStore for RedisStore {
                     .atomic()
                     .cmd("SET")
                     .arg(&kv)
-                    .arg(body)
+                    .arg(&body)
                     .arg("NX")
                     .ignore()
                     .cmd("HSETNX")
                     .arg(&ki)
                     .arg(&member)
-                    .arg(meta)
+                    .arg(&meta)
                     .ignore()
                     .query(c)
             })
@@ -668,7 +668,7 @@ impl ControlStore for RedisStore {
         let k = self.key("versions");
         let all: Vec<String> = self
             .redis
-            .call(move |c| redis::cmd("HVALS").arg(k).query(c))
+            .call(move |c| redis::cmd("HVALS").arg(&k).query(c))
             .map_err(err)?;
         let mut out: Vec<VersionMeta> = all
             .iter()
@@ -690,7 +690,7 @@ impl ControlStore for RedisStore {
             let (k1, k2) = (ks.clone(), kh.clone());
             let (seq, head): (Option<u64>, Option<String>) = self
                 .redis
-                .call(move |c| redis::cmd("MGET").arg(k1).arg(k2).query(c))
+                .call(move |c| redis::cmd("MGET").arg(&k1).arg(&k2).query(c))
                 .map_err(err)?;
             let prev = match &head {
                 Some(h) => h.clone(),
@@ -699,7 +699,7 @@ impl ControlStore for RedisStore {
                     let k = kl.clone();
                     let last: Option<String> = self
                         .redis
-                        .call(move |c| redis::cmd("LINDEX").arg(k).arg(-1).query(c))
+                        .call(move |c| redis::cmd("LINDEX").arg(&k).arg(-1).query(c))
                         .map_err(err)?;
                     last.map(|l| super::audit::line_hash(&l))
                         .unwrap_or_default()
@@ -720,12 +720,12 @@ impl ControlStore for RedisStore {
                 .redis
                 .call(move |c| {
                     redis::Script::new(AUDIT_APPEND)
-                        .key(k1)
-                        .key(k2)
-                        .key(k3)
-                        .arg(expected)
-                        .arg(line)
-                        .arg(hash)
+                        .key(&k1)
+                        .key(&k2)
+                        .key(&k3)
+                        .arg(&expected)
+                        .arg(&line)
+                        .arg(&hash)
                         .arg(n)
                         .invoke(c)
                 })
@@ -748,7 +748,7 @@ impl ControlStore for RedisStore {
         let k = self.key("audit");
         let all: Vec<String> = self
             .redis
-            .call(move |c| redis::cmd("LRANGE").arg(k).arg(0).arg(-1).query(c))
+            .call(move |c| redis::cmd("LRANGE").arg(&k).arg(0).arg(-1).query(c))
             .map_err(err)?;
         Ok(parse_audit(all.iter().map(String::as_str), "redis"))
     }
@@ -761,11 +761,11 @@ impl ControlStore for RedisStore {
         let (k, kh) = (self.key("audit"), self.key("audit:head"));
         let all: Vec<String> = self
             .redis
-            .call(move |c| redis::cmd("LRANGE").arg(k).arg(0).arg(-1).query(c))
+            .call(move |c| redis::cmd("LRANGE").arg(&k).arg(0).arg(-1).query(c))
             .map_err(err)?;
         let head: Option<String> = self
             .redis
-            .call(move |c| redis::cmd("GET").arg(kh).query(c))
+            .call(move |c| redis::cmd("GET").arg(&kh).query(c))
             .map_err(err)?;
         // Exports of entries still in Redis (written just before a trim that lost a race) are
         // not read twice.
@@ -785,7 +785,7 @@ impl ControlStore for RedisStore {
         let k2 = k.clone();
         let _: Option<String> = self
             .redis
-            .call(move |c| redis::cmd("SET").arg(k2).arg(fresh).arg("NX").query(c))
+            .call(move |c| redis::cmd("SET").arg(&k2).arg(&fresh).arg("NX").query(c))
             .map_err(err)?;
         let stored = self.get(k)?.ok_or_else(|| err("session key vanished"))?;
         hex::decode(stored).map_err(err)
@@ -796,7 +796,7 @@ impl ControlStore for RedisStore {
         let ttl = (until_ms - crate::clock::now_ms()).max(1);
         let _: () = self
             .redis
-            .call(move |c| redis::cmd("SET").arg(k).arg(1).arg("PX").arg(ttl).query(c))
+            .call(move |c| redis::cmd("SET").arg(&k).arg(1).arg("PX").arg(ttl).query(c))
             .map_err(err)?;
         Ok(())
     }

@@ -229,6 +229,8 @@ pub struct RedisCounters {
     pub timeouts: Counter,
     /// Calls refused without trying during a cool-down.
     pub fast_failures: Counter,
+    /// Idempotent calls sent again after getting no answer.
+    pub resent: Counter,
 }
 
 /// Consecutive failures and the cool-down they trigger (shared with detached writes).
@@ -311,6 +313,34 @@ fn unavailable(msg: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("redis: {msg}"))
 }
 
+/// How a call failed, for [`Redis::call`] to decide whether to run it again.
+enum Failed {
+    /// The server refused the command without running it.
+    NotRun(StoreError),
+    /// No answer came: the command may or may not have run.
+    NoAnswer(StoreError),
+    Other(StoreError),
+}
+
+impl Failed {
+    fn into_error(self) -> StoreError {
+        match self {
+            Failed::NotRun(e) | Failed::NoAnswer(e) | Failed::Other(e) => e,
+        }
+    }
+}
+
+/// Whether the server answered that it did not run the command (and another node, or the same
+/// one a moment later, would).
+fn not_run(e: &redis::RedisError) -> bool {
+    use redis::RetryMethod as M;
+    matches!(e.kind(), redis::ErrorKind::Server(_))
+        && matches!(
+            e.retry_method(),
+            M::MovedRedirect | M::AskRedirect | M::WaitAndRetry | M::RefreshSlotsAndRetry
+        )
+}
+
 /// Whether an error says the connection (not the command) failed.
 fn is_connection_error(e: &redis::RedisError) -> bool {
     e.is_io_error()
@@ -347,7 +377,7 @@ impl Redis {
                 redis::cluster::ClusterClient::builder(s.cluster_nodes.clone())
                     .connection_timeout(s.connect_timeout)
                     .response_timeout(s.timeout)
-                    .retries(2)
+                    .retries(0)
                     .build()
                     .map_err(|e| format!("state.redis_cluster_nodes: {e}"))?,
             ))
@@ -418,6 +448,11 @@ impl Redis {
         &self.prefix
     }
 
+    /// The bound on each call (`[state] redis_timeout_ms`).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Whether calls are currently failing fast (cool-down after connection failures).
     pub fn cooling_down(&self) -> bool {
         mono_ms() < self.health.open_until_ms.load(Ordering::Relaxed)
@@ -478,31 +513,74 @@ impl Redis {
     }
 
     /// Runs `f` on this thread's blocking connection: at most the call timeout per read or write.
-    pub fn call<T>(
+    ///
+    /// The client never re-sends a command on its own (the cluster client has `retries(0)`): a
+    /// command that got no answer may have run, and a blind re-send of a check-and-set would be
+    /// judged against its own first write. `f` runs a second time, on a fresh connection, only
+    /// when the server said it did not run the command (a cluster redirect, `TRYAGAIN`,
+    /// `CLUSTERDOWN`, `LOADING`, `MASTERDOWN`, `READONLY`); a fresh cluster connection reads the
+    /// current slot map.
+    pub fn call<T>(&self, f: impl Fn(&mut SyncConn) -> RedisResult<T>) -> Result<T, StoreError> {
+        self.call_with(f, false)
+    }
+
+    /// [`call`](Self::call) for commands whose second run answers as their first did (the nonce
+    /// and fingerprint scripts recognise their own earlier write by a per-call token): these also
+    /// run again once, on a fresh connection, after getting no answer (a timeout or a dropped
+    /// connection), so a slow answer costs the caller time, not a refusal.
+    pub fn call_idempotent<T>(
         &self,
-        f: impl FnOnce(&mut SyncConn) -> RedisResult<T>,
+        f: impl Fn(&mut SyncConn) -> RedisResult<T>,
     ) -> Result<T, StoreError> {
-        let mut conn = self.take_sync()?;
+        self.call_with(f, true)
+    }
+
+    fn call_with<T>(
+        &self,
+        f: impl Fn(&mut SyncConn) -> RedisResult<T>,
+        idempotent: bool,
+    ) -> Result<T, StoreError> {
+        match self.attempt(&f) {
+            Ok(v) => Ok(v),
+            Err(Failed::NotRun(_)) => self.attempt(&f).map_err(Failed::into_error),
+            Err(Failed::NoAnswer(_)) if idempotent => {
+                self.health.counters.resent.inc();
+                self.attempt(&f).map_err(Failed::into_error)
+            }
+            Err(e) => Err(e.into_error()),
+        }
+    }
+
+    /// One run of `f`; a connection that failed or may be out of step is dropped.
+    fn attempt<T>(&self, f: &impl Fn(&mut SyncConn) -> RedisResult<T>) -> Result<T, Failed> {
+        let mut conn = self.take_sync().map_err(Failed::Other)?;
         self.health.counters.calls.inc();
         let r = f(&mut conn);
-        match &r {
+        if !matches!(&r, Err(e) if e.is_timeout()) {
+            self.health.record(&r);
+        }
+        match r {
+            Ok(v) => {
+                self.put_sync(conn);
+                Ok(v)
+            }
             Err(e) if e.is_timeout() => {
                 // The answer may still arrive: this connection is out of step, drop it.
                 self.health.timed_out();
-                return Err(unavailable(format!(
+                Err(Failed::NoAnswer(unavailable(format!(
                     "no answer within {} ms",
                     self.timeout.as_millis()
-                )));
+                ))))
             }
-            Err(e) if is_connection_error(e) || !redis::ConnectionLike::is_open(&conn) => {
-                self.health.record(&r);
+            Err(e) if is_connection_error(&e) || !redis::ConnectionLike::is_open(&conn) => {
+                Err(Failed::NoAnswer(unavailable(e)))
             }
-            _ => {
-                self.health.record(&r);
+            Err(e) if not_run(&e) => Err(Failed::NotRun(unavailable(e))),
+            Err(e) => {
                 self.put_sync(conn);
+                Err(Failed::Other(unavailable(e)))
             }
         }
-        r.map_err(unavailable)
     }
 
     /// Runs `f` on the I/O runtime without waiting (best-effort writes nobody waits for).
@@ -546,7 +624,7 @@ fn connector(s: &RedisSettings) -> Result<impl Fn() -> ConnectFuture + Send + 's
         let client = redis::cluster::ClusterClient::builder(s.cluster_nodes.clone())
             .connection_timeout(s.connect_timeout)
             .response_timeout(s.timeout)
-            .retries(2)
+            .retries(0)
             .build()
             .map_err(|e| format!("state.redis_cluster_nodes: {e}"))?;
         Target::Cluster(client)

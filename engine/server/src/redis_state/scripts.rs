@@ -7,23 +7,46 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Compact nonce mode: one time slice of one shard of the Bloom filter is one string key.
+/// Exact nonces and duplicate-submission fingerprints: one key per entry, set if absent.
 ///
-/// KEYS[1] the slice-shard bitmap; ARGV[1] its TTL (ms); ARGV[2] its size (bytes); ARGV[3..]
+/// KEYS[1]; ARGV[1] the call's token (unique to this call of this instance), ARGV[2] the TTL
+/// (ms). Returns 0 for "new" and 1 for "seen". The token is the key's value, so a second run of
+/// the same call (sent again after its first answer never came) meets its own write and answers
+/// "new" again: the write is idempotent, and a slow first answer is never judged a replay.
+pub static SET_ONCE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return 0 end
+return 1
+"#,
+    )
+});
+
+/// Compact nonce mode: one time slice of one shard of one app's Bloom filter is one string key.
+///
+/// KEYS[1] the slice-shard bitmap; KEYS[2] this call's token key (same slot); ARGV[1] the
+/// bitmap's TTL (ms); ARGV[2] its size (bytes); ARGV[3] the token key's TTL (ms); ARGV[4..]
 /// `SET u1 <bit> 1` for each of the k probe bits. The bitmap is created at its full size with its
 /// expiry in the same step (so it never grows by doubling and never outlives its slice), then one
 /// `BITFIELD` sets every probe bit and returns their old values: all were set = seen before.
+/// A "new" answer leaves the token key behind for 2 × the call timeout + 100 ms, so a second run of the same
+/// call (sent again after no answer) answers "new" again instead of meeting its own bits.
 /// Returns 1 for "seen" (a replay), 0 for "new".
 pub static NONCE_BLOOM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 local key = KEYS[1]
 if redis.call('EXISTS', key) == 0 then
   redis.call('SET', key, string.rep('\0', tonumber(ARGV[2])), 'PX', ARGV[1])
 end
-local old = redis.call('BITFIELD', key, unpack(ARGV, 3))
+local old = redis.call('BITFIELD', key, unpack(ARGV, 4))
 for i = 1, #old do
-  if old[i] == 0 then return 0 end
+  if old[i] == 0 then
+    redis.call('SET', KEYS[2], 1, 'PX', ARGV[3])
+    return 0
+  end
 end
 return 1
 "#,

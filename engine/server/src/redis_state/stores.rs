@@ -16,7 +16,7 @@
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use rampart_core::replay::bloom::SlicedBloomConfig;
 use rampart_core::replay::fingerprint::FingerprintStore;
@@ -43,30 +43,61 @@ fn invalid(msg: &str) -> StoreError {
     StoreError::Invalid(msg.into())
 }
 
-/// `SET key 1 NX PX ttl`: true when the key was absent (and is now set).
-fn set_nx_px(redis: &Redis, key: String, ttl_ms: i64) -> Result<bool, StoreError> {
-    let set: Option<String> = redis.call(move |c| {
-        redis::cmd("SET")
-            .arg(key)
-            .arg(1)
-            .arg("NX")
-            .arg("PX")
+/// A value no other call of any instance uses: 8 random bytes drawn once per process, then a
+/// counter. Stored by the check-and-set scripts so that a call sent twice recognises itself.
+fn call_token() -> [u8; 16] {
+    static PROCESS: LazyLock<[u8; 8]> = LazyLock::new(|| {
+        let mut b = [0u8; 8];
+        if getrandom::getrandom(&mut b).is_err() {
+            // No OS randomness: the clock and the process id still differ between instances.
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            b = (t ^ (u64::from(std::process::id()) << 32)).to_le_bytes();
+        }
+        b
+    });
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let mut t = [0u8; 16];
+    t[..8].copy_from_slice(&*PROCESS);
+    t[8..].copy_from_slice(&NEXT.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    t
+}
+
+/// Sets `key` (with a TTL) if absent: true when it was (and is now set by this call). Sent again
+/// after no answer, the call recognises its own write ([`scripts::SET_ONCE`]).
+fn set_once(redis: &Redis, key: String, ttl_ms: i64) -> Result<bool, StoreError> {
+    let token = call_token();
+    let seen: i64 = redis.call_idempotent(|c| {
+        scripts::SET_ONCE
+            .key(&key)
+            .arg(&token[..])
             .arg(ttl_ms)
-            .query(c)
+            .invoke(c)
     })?;
-    Ok(set.is_some())
+    Ok(seen == 0)
 }
 
 /// A layout every instance sharing a prefix must agree on (the Bloom filter's sizing, the claim
 /// segments): the first instance records it with `SET NX`; a store whose layout differs refuses
 /// to work (its calls fail, answered by the store's policy) instead of silently missing the
 /// fleet's state. Checked at start and, if Redis was unreachable then, on the first call after.
+///
+/// A layout may end in ` seed=<hex>`: a value the first instance draws at random, which the others
+/// adopt from the record instead of comparing it.
 pub struct LayoutGuard {
     key: String,
     mine: String,
     what: &'static str,
     verified: std::sync::atomic::AtomicBool,
-    mismatch: std::sync::OnceLock<String>,
+    mismatch: OnceLock<String>,
+    /// The layout as recorded in Redis (set once verified).
+    recorded: OnceLock<String>,
+}
+
+/// A layout without its drawn seed: what instances must agree on.
+fn shape(layout: &str) -> &str {
+    layout.split(" seed=").next().unwrap_or(layout)
 }
 
 impl LayoutGuard {
@@ -76,7 +107,8 @@ impl LayoutGuard {
             mine,
             what,
             verified: std::sync::atomic::AtomicBool::new(false),
-            mismatch: std::sync::OnceLock::new(),
+            mismatch: OnceLock::new(),
+            recorded: OnceLock::new(),
         }
     }
 
@@ -88,32 +120,37 @@ impl LayoutGuard {
         if let Some(m) = self.mismatch.get() {
             return Err(StoreError::Unavailable(m.clone()));
         }
-        let (key, mine) = (self.key.clone(), self.mine.clone());
-        let theirs: Option<String> = redis.call(move |c| {
+        let theirs: Option<String> = redis.call(|c| {
             redis::cmd("SET")
-                .arg(&key)
-                .arg(mine)
+                .arg(&self.key)
+                .arg(&self.mine)
                 .arg("NX")
                 .query::<Option<String>>(c)?;
-            redis::cmd("GET").arg(&key).query(c)
+            redis::cmd("GET").arg(&self.key).query(c)
         })?;
-        match theirs {
-            Some(t) if t != self.mine => {
-                let msg = format!(
-                    "the {} under this redis_prefix was created by instances with another layout \
-                     ({t}); this instance's is ({}). Every instance sharing a prefix must use the \
-                     same settings; to roll out a new layout, use a new redis_prefix",
-                    self.what, self.mine
-                );
-                tracing::error!("{msg}");
-                let _ = self.mismatch.set(msg.clone());
-                Err(StoreError::Unavailable(msg))
-            }
-            _ => {
-                self.verified.store(true, Ordering::Release);
-                Ok(())
-            }
+        let theirs = theirs.unwrap_or_else(|| self.mine.clone());
+        if shape(&theirs) != shape(&self.mine) {
+            let msg = format!(
+                "the {} under this redis_prefix was created by instances with another layout \
+                 ({}); this instance's is ({}). Every instance sharing a prefix must use the \
+                 same settings; to roll out a new layout, use a new redis_prefix",
+                self.what,
+                shape(&theirs),
+                shape(&self.mine)
+            );
+            tracing::error!("{msg}");
+            let _ = self.mismatch.set(msg.clone());
+            return Err(StoreError::Unavailable(msg));
         }
+        let _ = self.recorded.set(theirs);
+        self.verified.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// The seed of the recorded layout (once verified).
+    fn recorded_seed(&self) -> Option<u64> {
+        let (_, hex) = self.recorded.get()?.split_once(" seed=")?;
+        u64::from_str_radix(hex.trim(), 16).ok()
     }
 
     /// At start: `Ok(true)` verified, `Ok(false)` Redis unreachable (checked later), `Err` on a
@@ -132,11 +169,12 @@ impl LayoutGuard {
 // ---------------------------------------------------------------------------------------------
 // Nonces
 
-/// The compact mode's layout: time slices by the request's own timestamp (as the in-process
-/// filter, so the window-edge invariant holds the same way), each split into `shards` bitmaps so
-/// that a cluster spreads one slice's traffic over its nodes. Each shard is a standard Bloom filter
-/// (`m = −n·ln p / (ln 2)²`, `k = (m/n)·ln 2`): in Redis a probe costs the same wherever its bit is,
-/// so the cache-line blocking of the in-process filter would only cost memory here.
+/// The compact mode's layout for one app: time slices by the request's own timestamp (as the
+/// in-process filter, so the window-edge invariant holds the same way), each split into `shards`
+/// bitmaps so that a cluster spreads one slice's traffic over its nodes. Each shard is a standard
+/// Bloom filter (`m = −n·ln p / (ln 2)²`, `k = (m/n)·ln 2`) sized for the app's own
+/// `expected_rps`: in Redis a probe costs the same wherever its bit is, so the cache-line blocking
+/// of the in-process filter would only cost memory here.
 #[derive(Debug, Clone, Copy)]
 pub struct BloomLayout {
     pub slice_ms: i64,
@@ -148,11 +186,11 @@ pub struct BloomLayout {
     pub bits_per_shard: u64,
     pub k: u32,
     pub target_fp: f64,
-    seed: u64,
 }
 
 impl BloomLayout {
-    pub fn new(cfg: &SlicedBloomConfig, shards: u32, seed: u64) -> Self {
+    /// The layout of one app's filter (`cfg` sized for that app's rate).
+    pub fn new(cfg: &SlicedBloomConfig, shards: u32) -> Self {
         let shards = shards.max(1) as u64;
         let n = cfg.capacity_per_slice().div_ceil(shards).max(16);
         let p = cfg.target_fp;
@@ -168,21 +206,20 @@ impl BloomLayout {
             bits_per_shard: bits,
             k,
             target_fp: p,
-            seed,
         }
     }
 
-    /// What every instance must agree on to probe the same bits of the same keys.
+    /// What every instance must agree on to probe the same bits of the same keys (the probe seed
+    /// is drawn at random by the first instance and kept with the record: see [`RedisNonces`]).
     pub fn descriptor(&self) -> String {
         format!(
-            "v1 slice_ms={} max_window_ms={} retention_ms={} shards={} bits={} k={} seed={:016x}",
+            "v2 slice_ms={} max_window_ms={} retention_ms={} shards={} bits={} k={}",
             self.slice_ms,
             self.max_window_ms,
             self.retention_ms,
             self.shards,
             self.bits_per_shard,
             self.k,
-            self.seed
         )
     }
 
@@ -206,27 +243,28 @@ impl BloomLayout {
         ((self.retention_ms + self.slice_ms - 1) / self.slice_ms + 2) as u64
     }
 
+    /// The bitmaps of this app alive at any moment, in bytes.
     pub fn memory_bytes(&self) -> u64 {
         self.live_slices() * self.shards * self.bytes_per_shard()
     }
 
-    /// The shard and the k bit offsets of a nonce: k independent hashes (xxh3 with k seeds),
-    /// each reduced to the shard's size by multiply-shift. (Double hashing modulo a shard of a few
-    /// thousand bits repeats positions often enough to miss a 1e-6 target.)
-    fn probes(&self, app: &str, nonce: &str) -> (u64, Vec<u64>) {
+    /// The shard and the k bit offsets of a nonce: k independent hashes (xxh3 with k seeds
+    /// derived from `seed`), each reduced to the shard's size by multiply-shift. (Double hashing
+    /// modulo a shard of a few thousand bits repeats positions often enough to miss a 1e-6
+    /// target.)
+    fn probes(&self, seed: u64, app: &str, nonce: &str) -> (u64, Vec<u64>) {
         let mut buf = Vec::with_capacity(app.len() + 1 + nonce.len());
         buf.extend_from_slice(app.as_bytes());
         buf.push(0);
         buf.extend_from_slice(nonce.as_bytes());
-        let h = xxh3_64_with_seed(&buf, self.seed);
+        let h = xxh3_64_with_seed(&buf, seed);
         let shard = ((h as u128 * self.shards as u128) >> 64) as u64;
         let m = self.bits_per_shard as u128;
         let offs = (1..=self.k as u64)
             .map(|i| {
                 let hi = xxh3_64_with_seed(
                     &buf,
-                    self.seed
-                        .wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                    seed.wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
                 );
                 ((hi as u128 * m) >> 64) as u64
             })
@@ -238,49 +276,98 @@ impl BloomLayout {
 pub enum NonceMode {
     /// `SET NX PX`: no false positives, ~100 B per live nonce.
     Exact,
-    Bloom(BloomLayout),
+    /// One compact filter per app, each with its own layout.
+    Bloom(Vec<(String, BloomLayout)>),
+}
+
+/// One app's compact filter: its layout, the record every instance checks it against, and the
+/// probe seed adopted from that record.
+struct AppFilter {
+    layout: BloomLayout,
+    guard: LayoutGuard,
+    seed: OnceLock<u64>,
+}
+
+impl AppFilter {
+    /// The seed, once the layout is verified (the record's, drawn by the first instance).
+    fn seed(&self, redis: &Redis) -> Result<u64, StoreError> {
+        self.guard.check(redis)?;
+        Ok(*self
+            .seed
+            .get_or_init(|| self.guard.recorded_seed().unwrap_or_default()))
+    }
 }
 
 /// Nonces in Redis, exact or compact.
 pub struct RedisNonces {
     redis: Arc<Redis>,
-    mode: NonceMode,
-    /// The compact filter's layout (bloom mode only).
-    guard: Option<LayoutGuard>,
+    /// The compact filters by app (empty in exact mode).
+    filters: std::collections::HashMap<String, AppFilter>,
     retention_ms: i64,
     /// Added to every expiry: engine instances' clocks differ by up to this much.
     margin_ms: i64,
+    /// How long a compact-mode token key outlives its call: long enough for a second send.
+    token_ttl_ms: i64,
     stats_probe: AtomicU64,
     last_stats: Mutex<NonceStats>,
 }
 
+/// A random 64-bit probe seed, proposed by an instance that may be the first to record a layout.
+fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    match getrandom::getrandom(&mut b) {
+        Ok(()) => u64::from_le_bytes(b),
+        Err(_) => xxh3_64(&call_token()),
+    }
+}
+
 impl RedisNonces {
     pub fn new(redis: Arc<Redis>, mode: NonceMode, retention_ms: i64, margin_ms: i64) -> Self {
-        let guard = match &mode {
-            NonceMode::Bloom(l) => Some(LayoutGuard::new(
-                format!("{}:nb:layout", redis.prefix()),
-                l.descriptor(),
-                "compact nonce filter",
-            )),
-            NonceMode::Exact => None,
+        let filters = match mode {
+            NonceMode::Exact => Default::default(),
+            NonceMode::Bloom(apps) => apps
+                .into_iter()
+                .map(|(app, layout)| {
+                    let guard = LayoutGuard::new(
+                        format!("{}:nb:layout:{app}", redis.prefix()),
+                        format!("{} seed={:016x}", layout.descriptor(), random_seed()),
+                        "compact nonce filter",
+                    );
+                    let f = AppFilter {
+                        layout,
+                        guard,
+                        seed: OnceLock::new(),
+                    };
+                    (app, f)
+                })
+                .collect(),
         };
+        // A second send leaves one timeout (plus a connect) after the first: twice that, and a
+        // margin, covers the gap between their runs.
+        let token_ttl_ms = 2 * redis.timeout().as_millis() as i64 + 100;
         RedisNonces {
             redis,
-            mode,
-            guard,
+            filters,
             retention_ms,
             margin_ms,
+            token_ttl_ms,
             stats_probe: AtomicU64::new(0),
             last_stats: Mutex::new(NonceStats::default()),
         }
     }
 
-    /// See [`LayoutGuard::check_at_start`].
+    /// See [`LayoutGuard::check_at_start`] (every app's filter).
     pub fn check_layout_at_start(&self) -> Result<bool, String> {
-        match &self.guard {
-            Some(g) => g.check_at_start(&self.redis),
-            None => Ok(true),
+        let mut all = true;
+        for f in self.filters.values() {
+            all &= f.guard.check_at_start(&self.redis)?;
         }
+        Ok(all)
+    }
+
+    /// The compact filters' bitmaps alive at any moment, in bytes (all apps).
+    pub fn memory_bytes(&self) -> u64 {
+        self.filters.values().map(|f| f.layout.memory_bytes()).sum()
     }
 }
 
@@ -294,51 +381,52 @@ impl NonceStore for RedisNonces {
         now_ms: i64,
     ) -> Result<NonceVerdict, StoreError> {
         let p = self.redis.prefix();
-        match &self.mode {
-            NonceMode::Exact => {
-                // Live until ts − W + retention (≥ ts + W), as the in-process exact store.
-                let expires = ts_ms
-                    .saturating_sub(window_ms)
-                    .saturating_add(self.retention_ms)
-                    .saturating_add(1);
-                let ttl = expires - now_ms + self.margin_ms;
-                if ttl <= 0 {
-                    return Ok(NonceVerdict::OutOfRange);
-                }
-                let key = format!("{p}:n:{app}:{nonce}");
-                Ok(if set_nx_px(&self.redis, key, ttl)? {
-                    NonceVerdict::Fresh
-                } else {
-                    NonceVerdict::Replay
-                })
+        if self.filters.is_empty() {
+            // Exact: live until ts − W + retention (≥ ts + W), as the in-process exact store.
+            let expires = ts_ms
+                .saturating_sub(window_ms)
+                .saturating_add(self.retention_ms)
+                .saturating_add(1);
+            let ttl = expires - now_ms + self.margin_ms;
+            if ttl <= 0 {
+                return Ok(NonceVerdict::OutOfRange);
             }
-            NonceMode::Bloom(l) => {
-                if let Some(g) = &self.guard {
-                    g.check(&self.redis)?;
-                }
-                let slice = ts_ms.div_euclid(l.slice_ms);
-                let ttl = l.expiry_of(slice) - now_ms + self.margin_ms;
-                if ttl <= 0 {
-                    return Ok(NonceVerdict::OutOfRange);
-                }
-                let (shard, offs) = l.probes(app, nonce);
-                let key = format!("{p}:nb:{app}:{slice}:{shard}");
-                let bytes = l.bytes_per_shard();
-                let seen: i64 = self.redis.call(move |c| {
-                    let mut inv = scripts::NONCE_BLOOM.key(key);
-                    inv.arg(ttl).arg(bytes);
-                    for o in offs {
-                        inv.arg("SET").arg("u1").arg(o).arg(1);
-                    }
-                    inv.invoke(c)
-                })?;
-                Ok(if seen == 1 {
-                    NonceVerdict::Replay
-                } else {
-                    NonceVerdict::Fresh
-                })
-            }
+            let key = format!("{p}:n:{app}:{nonce}");
+            return Ok(if set_once(&self.redis, key, ttl)? {
+                NonceVerdict::Fresh
+            } else {
+                NonceVerdict::Replay
+            });
         }
+        let f = self
+            .filters
+            .get(app)
+            .ok_or_else(|| invalid("no compact nonce filter for this app"))?;
+        let seed = f.seed(&self.redis)?;
+        let l = &f.layout;
+        let slice = ts_ms.div_euclid(l.slice_ms);
+        let ttl = l.expiry_of(slice) - now_ms + self.margin_ms;
+        if ttl <= 0 {
+            return Ok(NonceVerdict::OutOfRange);
+        }
+        let (shard, offs) = l.probes(seed, app, nonce);
+        // One hash tag for the bitmap and the token key: one slot, one script.
+        let key = format!("{p}:nb:{{{app}:{slice}:{shard}}}");
+        let token = format!("{key}:t:{}", hex::encode(call_token()));
+        let (bytes, token_ttl) = (l.bytes_per_shard(), self.token_ttl_ms);
+        let seen: i64 = self.redis.call_idempotent(|c| {
+            let mut inv = scripts::NONCE_BLOOM.key(&key);
+            inv.key(&token).arg(ttl).arg(bytes).arg(token_ttl);
+            for o in &offs {
+                inv.arg("SET").arg("u1").arg(*o).arg(1);
+            }
+            inv.invoke(c)
+        })?;
+        Ok(if seen == 1 {
+            NonceVerdict::Replay
+        } else {
+            NonceVerdict::Fresh
+        })
     }
 
     fn maintain(&self, _now_ms: i64) {
@@ -346,12 +434,12 @@ impl NonceStore for RedisNonces {
     }
 
     fn stats(&self, _now_ms: i64) -> NonceStats {
-        let NonceMode::Bloom(l) = &self.mode else {
+        if self.filters.is_empty() {
             return NonceStats {
                 mode: "redis-exact",
                 ..Default::default()
             };
-        };
+        }
         // The fill comes from `sample` (BITCOUNT of a recent slice), refreshed in the background.
         let mut st = self
             .last_stats
@@ -359,7 +447,7 @@ impl NonceStore for RedisNonces {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         st.mode = "redis-bloom";
-        st.memory_bytes = l.memory_bytes();
+        st.memory_bytes = self.memory_bytes();
         st
     }
 }
@@ -367,15 +455,16 @@ impl NonceStore for RedisNonces {
 impl RedisNonces {
     /// Refreshes the sampled fill of `app`'s filter (called by the maintenance thread).
     pub fn sample(&self, app: &str, now_ms: i64) {
-        let NonceMode::Bloom(l) = &self.mode else {
+        let Some(f) = self.filters.get(app) else {
             return;
         };
+        let l = &f.layout;
         let slice = (now_ms - l.slice_ms).div_euclid(l.slice_ms);
         let shard = self.stats_probe.fetch_add(1, Ordering::Relaxed) % l.shards;
-        let key = format!("{}:nb:{app}:{slice}:{shard}", self.redis.prefix());
+        let key = format!("{}:nb:{{{app}:{slice}:{shard}}}", self.redis.prefix());
         let Ok(ones) = self
             .redis
-            .call(move |c| redis::cmd("BITCOUNT").arg(key).query::<u64>(c))
+            .call(|c| redis::cmd("BITCOUNT").arg(&key).query::<u64>(c))
         else {
             return;
         };
@@ -418,7 +507,7 @@ impl FingerprintStore for RedisFingerprints {
         _now_ms: i64,
     ) -> Result<bool, StoreError> {
         let key = format!("{}:f:{fp:032x}", self.redis.prefix());
-        set_nx_px(&self.redis, key, window_ms.max(1))
+        set_once(&self.redis, key, window_ms.max(1))
     }
 
     fn maintain(&self, _now_ms: i64) {}
@@ -446,12 +535,7 @@ impl RedisLimiter {
 }
 
 /// Adds `n` (≠ 0) to a sliding-window counter; the script answers its estimate (one atomic step).
-fn window_add(
-    key: String,
-    now_ms: i64,
-    window_ms: i64,
-    n: i64,
-) -> redis::ScriptInvocation<'static> {
+fn window_add(key: &str, now_ms: i64, window_ms: i64, n: i64) -> redis::ScriptInvocation<'static> {
     let mut inv = scripts::WINDOW.key(key);
     inv.arg(now_ms).arg(window_ms).arg(n);
     inv
@@ -501,9 +585,14 @@ impl LimiterStore for RedisLimiter {
         let t = 1000.0 / rate_per_sec;
         let tau = t * burst as f64;
         let key = format!("{}:g:{}", self.redis.prefix(), key_part(key));
-        let (allowed, retry): (i64, i64) = self
-            .redis
-            .call(move |c| scripts::GCRA.key(key).arg(now_ms).arg(t).arg(tau).invoke(c))?;
+        let (allowed, retry): (i64, i64) = self.redis.call(move |c| {
+            scripts::GCRA
+                .key(&key)
+                .arg(now_ms)
+                .arg(t)
+                .arg(tau)
+                .invoke(c)
+        })?;
         Ok(Gcra {
             allowed: allowed == 1,
             retry_after_ms: retry.max(0) as u64,
@@ -519,7 +608,7 @@ impl LimiterStore for RedisLimiter {
         }
         let key = self.window_key(key);
         self.redis
-            .call(move |c| window_add(key, now_ms, window_ms, n).invoke(c))
+            .call(move |c| window_add(&key, now_ms, window_ms, n).invoke(c))
     }
 
     fn get(&self, key: &str, now_ms: i64, window_ms: i64) -> Result<i64, StoreError> {
@@ -544,7 +633,8 @@ impl LimiterStore for RedisLimiter {
             .iter()
             .map(|k| window_read(&self.window_key(k)))
             .collect();
-        let answers: Vec<Vec<Option<String>>> = self.redis.call(move |c| c.query_all(cmds))?;
+        let answers: Vec<Vec<Option<String>>> =
+            self.redis.call(move |c| c.query_all(cmds.clone()))?;
         Ok(answers
             .iter()
             .map(|fields| window_estimate(stored_window(fields), now_ms, window_ms))
@@ -557,7 +647,7 @@ impl LimiterStore for RedisLimiter {
         }
         let key = self.window_key(key);
         self.redis.send(move |mut c| async move {
-            window_add(key, now_ms, window_ms, n)
+            window_add(&key, now_ms, window_ms, n)
                 .invoke_async::<i64>(&mut c)
                 .await
                 .map(|_| ())
@@ -600,9 +690,9 @@ impl RedisDistinct {
         let item = item.to_string();
         self.redis.call(move |c| {
             scripts::DISTINCT
-                .key(cur)
-                .key(prev)
-                .arg(item)
+                .key(&cur)
+                .key(&prev)
+                .arg(&item)
                 .arg(ttl)
                 .invoke(c)
         })
@@ -729,9 +819,9 @@ impl RedisQuotas {
             let ttl = self.ttl_ms;
             let (status, remaining): (i64, i64) = self.redis.call(move |c| {
                 scripts::CLAIM
-                    .key(holders)
-                    .key(granted)
-                    .arg(user)
+                    .key(&holders)
+                    .key(&granted)
+                    .arg(&user)
                     .arg(share)
                     .arg(ttl)
                     .arg(if peek { 1 } else { 0 })
@@ -775,7 +865,7 @@ impl QuotaStore for RedisQuotas {
                 cmd
             })
             .collect();
-        let counts: Vec<Option<u64>> = self.redis.call(move |c| c.query_all(cmds))?;
+        let counts: Vec<Option<u64>> = self.redis.call(move |c| c.query_all(cmds.clone()))?;
         Ok(counts.into_iter().flatten().sum())
     }
 

@@ -242,13 +242,17 @@ impl Runtime {
                 .map_err(StartError::Redis)?;
             let nonce_mode = match st.nonce_mode {
                 NonceMode::Exact => crate::redis_state::NonceMode::Exact,
-                NonceMode::Bloom => crate::redis_state::NonceMode::Bloom(BloomLayout::new(
-                    &cfg.filter,
-                    st.bloom_shards,
-                    // Shared by every instance (they must probe the same bits); forged requests
-                    // never reach the filter, so a known seed gives an attacker nothing to aim at.
-                    xxhash_rust::xxh3::xxh3_64(st.redis_prefix.as_bytes()),
-                )),
+                // One filter per app, sized for the app's own rate; the probe seed is drawn at
+                // random by the first instance and kept with the recorded layout.
+                NonceMode::Bloom => crate::redis_state::NonceMode::Bloom(
+                    cfg.apps
+                        .iter()
+                        .map(|a| {
+                            let layout = BloomLayout::new(&cfg.filter_for(&a.id), st.bloom_shards);
+                            (a.id.clone(), layout)
+                        })
+                        .collect(),
+                ),
             };
             let rn = Arc::new(RedisNonces::new(
                 redis.clone(),
