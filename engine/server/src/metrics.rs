@@ -63,6 +63,7 @@ pub struct Metrics {
     pub rollbacks: Counter,
     /// Admin calls refused for missing or wrong credentials (including throttled logins).
     pub auth_failures: Counter,
+    pub outcome_refused: Counter,
     ruleset_rules: Gauge,
     /// Versions the control plane keeps compiled (bounded).
     pub ruleset_compiled_versions: Gauge,
@@ -431,6 +432,12 @@ impl Metrics {
             "Admin calls refused for missing or wrong credentials, and throttled logins",
             auth_failures.clone(),
         );
+        let outcome_refused = Counter::default();
+        registry.register(
+            "outcome_refused",
+            "Outcome reports refused: unsigned, wrongly signed, outside the window or sent twice",
+            outcome_refused.clone(),
+        );
         registry.register(
             "ruleset_rules",
             "Rules in the live set",
@@ -509,6 +516,7 @@ impl Metrics {
             ruleset_rejected,
             rollbacks,
             auth_failures,
+            outcome_refused,
             ruleset_rules,
             rule_evaluations,
             rule_errors,

@@ -1400,3 +1400,73 @@ fn the_shared_audit_log_is_bounded_exported_and_tamper_evident() {
         "{out}"
     );
 }
+
+/// `[server] admin_listen` moves the operator plane (admin API, console, `/metrics`) to its own
+/// listener: the decision listener no longer answers them, and the operator listener answers no
+/// decisions. `[server] metrics_token` closes `/metrics` to callers without it. Before, all of
+/// it shared the decision listener and `/metrics` was open to anyone who reached the port.
+#[test]
+fn the_operator_plane_has_its_own_listener_and_metrics_need_their_token() {
+    let dir = temp_dir("admin-listener");
+    let ops_port = support::free_port();
+    let ops = format!("http://127.0.0.1:{ops_port}");
+    let token = "metrics-token-0123456789";
+    let e = Engine::start_with_env(
+        &dir,
+        "split",
+        &config(&dir, ""),
+        &[
+            (
+                "RAMPART_SERVER_ADMIN_LISTEN",
+                &format!("127.0.0.1:{ops_port}"),
+            ),
+            ("RAMPART_SERVER_METRICS_TOKEN", token),
+        ],
+    );
+    let status = |url: &str, auth: Option<&str>| -> u16 {
+        let mut rq = agent().get(url);
+        if let Some(a) = auth {
+            rq = rq.header("authorization", a);
+        }
+        rq.call().unwrap().status().as_u16()
+    };
+    // The decision listener: decisions, health; no admin API, console or metrics.
+    let (s, v) = support::post(
+        &format!("{}/v1/decide", e.base),
+        &signed("u1", "198.51.100.1", "ops-listener-nonce-0001".into()),
+    );
+    assert_eq!((s, v["code"].as_str()), (200, Some("OK")), "{v}");
+    assert_eq!(status(&format!("{}/healthz", e.base), None), 200);
+    for path in ["/admin/v1/session", "/console/", "/metrics"] {
+        assert_eq!(
+            status(&format!("{}{path}", e.base), Some(&basic("vera"))),
+            404,
+            "{path}"
+        );
+    }
+    // The operator listener: the admin API, the console, metrics (with the token); no decisions.
+    assert_eq!(
+        status(&format!("{ops}/admin/v1/session"), Some(&basic("vera"))),
+        200
+    );
+    assert_eq!(status(&format!("{ops}/admin/v1/session"), None), 401);
+    assert_ne!(status(&format!("{ops}/console/"), None), 404);
+    assert_eq!(status(&format!("{ops}/metrics"), None), 401);
+    assert_eq!(
+        status(
+            &format!("{ops}/metrics"),
+            Some("Bearer wrong-token-0123456789")
+        ),
+        401
+    );
+    assert_eq!(
+        status(&format!("{ops}/metrics"), Some(&format!("Bearer {token}"))),
+        200
+    );
+    let (s, _) = support::post(
+        &format!("{ops}/v1/decide"),
+        &signed("u1", "198.51.100.1", "ops-listener-nonce-0002".into()),
+    );
+    assert_eq!(s, 404);
+    drop(e);
+}

@@ -538,30 +538,70 @@ async fn outcomes_feed_the_routes_circuit_breaker() {
     let outcomes: Vec<Value> = (0..6)
         .map(|i| json!({"app": "shop", "route": "/api/coupon/claim", "status": if i < 4 { 503 } else { 200 }, "latency_ms": 20}))
         .collect();
-    let (s, d) = post(&app, "/v1/outcome", Value::Array(outcomes).to_string()).await;
-    assert_eq!((s, d["recorded"].as_u64()), (200, Some(6)));
+    let report = Value::Array(outcomes).to_string();
+    // Unsigned, or signed with another key, a report feeds nothing: anyone who reached the port
+    // could open a breaker (or keep one closed) before.
+    let (s, d) = post(&app, "/v1/outcome", report.clone()).await;
+    assert_eq!(
+        (s, d["error"]["code"].as_str()),
+        (401, Some("SIGNATURE_MISSING")),
+        "{d}"
+    );
+    let (s, d) = report_signed(&app, b"not-the-secret", "outcome-report-forged", &report).await;
+    assert_eq!(
+        (s, d["error"]["code"].as_str()),
+        (401, Some("SIGNATURE_INVALID")),
+        "{d}"
+    );
     let (_, d) = post(
         &app,
         "/v1/decide",
         signed("breaker-request-002", now, "{\"n\":2}").to_string(),
     )
     .await;
+    assert_eq!(d["code"], "OK", "refused reports opened nothing: {d}");
+    let (s, d) = report_signed(&app, b"s3cret", "outcome-report-0001", &report).await;
+    assert_eq!((s, d["recorded"].as_u64()), (200, Some(6)), "{d}");
+    // The same signed report again is a replay: it counts once.
+    let (s, d) = report_signed(&app, b"s3cret", "outcome-report-0001", &report).await;
+    assert_eq!(
+        (s, d["error"]["code"].as_str()),
+        (409, Some("REPLAY_DUPLICATE")),
+        "{d}"
+    );
+    let (_, d) = post(
+        &app,
+        "/v1/decide",
+        signed("breaker-request-003", now, "{\"n\":3}").to_string(),
+    )
+    .await;
     assert_eq!(
         (d["code"].as_str(), d["status"].as_u64(), d["tier"].as_str()),
         (Some("CIRCUIT_OPEN"), Some(503), Some("gateway"))
     );
+    // One signed report covers one app.
+    let two = json!([{"app": "shop", "route": "/x", "status": 200, "latency_ms": 1},
+                     {"app": "other", "route": "/x", "status": 200, "latency_ms": 1}]);
+    let (s, d) = report_signed(&app, b"s3cret", "outcome-report-0002", &two.to_string()).await;
+    assert_eq!(
+        (s, d["error"]["code"].as_str()),
+        (400, Some("INVALID_FIELD")),
+        "{d}"
+    );
     // Bad outcomes are refused with the envelope.
-    let (s, d) = post(
+    let (s, d) = report_signed(
         &app,
-        "/v1/outcome",
-        json!({"app": "nope", "route": "/x", "status": 200, "latency_ms": 1}).to_string(),
+        b"s3cret",
+        "outcome-report-0003",
+        &json!({"app": "nope", "route": "/x", "status": 200, "latency_ms": 1}).to_string(),
     )
     .await;
     assert_eq!((s, d["error"]["code"].as_str()), (404, Some("UNKNOWN_APP")));
-    let (s, d) = post(
+    let (s, d) = report_signed(
         &app,
-        "/v1/outcome",
-        json!({"app": "shop", "route": "/x", "status": 42, "latency_ms": 1}).to_string(),
+        b"s3cret",
+        "outcome-report-0004",
+        &json!({"app": "shop", "route": "/x", "status": 42, "latency_ms": 1}).to_string(),
     )
     .await;
     assert_eq!(
@@ -570,6 +610,52 @@ async fn outcomes_feed_the_routes_circuit_breaker() {
     );
     let (s, _) = post(&app, "/v1/outcome", "{\"app\":").await;
     assert_eq!(s, 400);
+
+    // `outcome_auth = "none"` keeps contract v1's unauthenticated reports, for a private port.
+    let open = runtime("breaker-open", "[server]\noutcome_auth = \"none\"\n");
+    let app = app!(open);
+    let (s, d) = post(&app, "/v1/outcome", report).await;
+    assert_eq!((s, d["recorded"].as_u64()), (200, Some(6)), "{d}");
+}
+
+/// `POST /v1/outcome` with `report` as its body, signed for app `shop` with `secret`.
+async fn report_signed(
+    app: &impl actix_web::dev::Service<
+        actix_http::Request,
+        Response = actix_web::dev::ServiceResponse,
+        Error = actix_web::Error,
+    >,
+    secret: &[u8],
+    nonce: &str,
+    report: &str,
+) -> (u16, Value) {
+    let h = sign(
+        secret,
+        &ToSign {
+            app: "shop",
+            method: "POST",
+            path: "/v1/outcome",
+            query: "",
+            body: report.as_bytes(),
+            timestamp_ms: rampart::clock::now_ms(),
+            nonce,
+        },
+    );
+    let req = test::TestRequest::post()
+        .uri("/v1/outcome")
+        .insert_header(("content-type", "application/json"))
+        .insert_header(("x-timestamp", h.timestamp))
+        .insert_header(("x-nonce", h.nonce))
+        .insert_header(("x-signature", h.signature))
+        .set_payload(report.to_string())
+        .to_request();
+    let resp = test::call_service(app, req).await;
+    let status = resp.status().as_u16();
+    let bytes = test::read_body(resp).await;
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 /// A forward-auth call as nginx `auth_request` makes it: no body, the original request in headers.

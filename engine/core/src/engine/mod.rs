@@ -370,6 +370,44 @@ impl Engine {
 
     /// `built`: the rules' view of `req`, when the caller has it already. `req` is normalised
     /// ([`crate::model::JudgedRequest::normalize`]), or `bad_path` says why it cannot be.
+    /// Authenticates a call an app makes to the engine itself (an outcome report): `req`
+    /// describes that HTTP call (method, path, query, the anti-replay headers) and `body` its
+    /// body. Runs the anti-replay steps of a decision — signature, time window, nonce — and
+    /// nothing after: a report signed like a request, used once. `Ok` names the key that matched;
+    /// `Err` is the refusing step's verdict.
+    pub fn authenticate_call(
+        &self,
+        req: &DecideRequest,
+        body: &[u8],
+        now_ms: i64,
+    ) -> Result<Result<Arc<str>, Verdict>, RequestError> {
+        let app = self
+            .apps
+            .get(&req.app)
+            .ok_or_else(|| RequestError::UnknownApp(req.app.clone()))?;
+        if let Some(name) = req.request.duplicate_anti_replay_header() {
+            return Err(RequestError::DuplicateHeader(name));
+        }
+        let ctx = DecisionContext {
+            request: req,
+            app,
+            now_ms,
+        };
+        let body_hash = body_sha256_hex(body);
+        let (ts_raw, nonce, key) = match self.check_signature(&ctx, &body_hash) {
+            Continue(signed) => signed,
+            Break(v) => return Ok(Err(v)),
+        };
+        let (ts, skew) = match self.check_window(&ctx, ts_raw) {
+            Continue(t) => t,
+            Break(v) => return Ok(Err(v)),
+        };
+        match self.check_nonce(&ctx, nonce, ts, skew) {
+            Continue(_) => Ok(Ok(key)),
+            Break(v) => Ok(Err(v)),
+        }
+    }
+
     fn decide_in(
         &self,
         req: &DecideRequest,

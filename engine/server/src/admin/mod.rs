@@ -74,7 +74,11 @@ fn method_not_allowed() -> actix_web::Route {
 
 /// Registers the admin routes.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    let r = |path: &str| web::resource(path.to_string()).default_service(method_not_allowed());
+    let r = |path: &str| {
+        web::resource(path.to_string())
+            .wrap(actix_web::middleware::from_fn(session::basic_off_worker))
+            .default_service(method_not_allowed())
+    };
     cfg.service(r("/admin/v1/login").route(web::post().to(session::login)))
         .service(r("/admin/v1/logout").route(web::post().to(session::logout)))
         .service(r("/admin/v1/session").route(web::get().to(session::session)))

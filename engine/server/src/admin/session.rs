@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
 use super::json_body;
@@ -128,6 +128,53 @@ fn check_password(
     }
 }
 
+/// The outcome of checking a request's Basic credentials, left for [`authenticate`].
+#[derive(Clone)]
+struct BasicChecked(Result<Principal, AuthError>);
+
+/// `Authorization: Basic` credentials: (user, password).
+fn basic_credentials(value: &str) -> Result<(String, String), AuthError> {
+    use base64ct::Encoding;
+    let malformed = || AuthError::Unauthenticated("malformed Basic credentials".into());
+    let raw = base64ct::Base64::decode_vec(value.trim())
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(malformed)?;
+    let (user, password) = raw.split_once(':').ok_or_else(malformed)?;
+    Ok((user.to_string(), password.to_string()))
+}
+
+/// Middleware of every admin route: checks `Authorization: Basic` credentials on actix's
+/// blocking pool (argon2 takes tens of milliseconds and must not hold an HTTP worker, least of
+/// all a decision worker when admin and decisions share a listener), and leaves the outcome in
+/// the request for [`authenticate`].
+pub(super) async fn basic_off_worker(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody>,
+) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
+    let basic = req
+        .headers()
+        .get("authorization")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
+        .map(|(_, v)| basic_credentials(v));
+    if let (Some(creds), Some(rt)) = (basic, req.app_data::<web::Data<Runtime>>().cloned()) {
+        let checked = match creds {
+            Ok((user, password)) => {
+                let client = client_key(&rt, req.request());
+                let rt = rt.into_inner();
+                web::block(move || check_password(&rt, client, &user, &password))
+                    .await
+                    .unwrap_or_else(|e| Err(AuthError::Unauthenticated(format!("busy: {e}"))))
+            }
+            Err(e) => Err(e),
+        };
+        req.extensions_mut().insert(BasicChecked(checked));
+    }
+    next.call(req).await
+}
+
 type Verified = std::sync::Mutex<HashMap<String, ([u8; 32], i64)>>;
 static VERIFIED: std::sync::OnceLock<Verified> = std::sync::OnceLock::new();
 
@@ -155,15 +202,16 @@ fn authenticate(rt: &Runtime, req: &HttpRequest) -> Result<Principal, AuthError>
             });
         }
         if scheme.eq_ignore_ascii_case("basic") {
-            use base64ct::Encoding;
-            let raw = base64ct::Base64::decode_vec(value.trim())
-                .ok()
-                .and_then(|b| String::from_utf8(b).ok())
-                .ok_or_else(|| AuthError::Unauthenticated("malformed Basic credentials".into()))?;
-            let (user, password) = raw
-                .split_once(':')
-                .ok_or_else(|| AuthError::Unauthenticated("malformed Basic credentials".into()))?;
-            return check_password(rt, client_key(rt, req), user, password);
+            // Checked before the handler, on the blocking pool, by `basic_off_worker`.
+            return req
+                .extensions()
+                .get::<BasicChecked>()
+                .map(|c| c.0.clone())
+                .unwrap_or_else(|| {
+                    Err(AuthError::Unauthenticated(
+                        "Basic credentials are accepted on the admin API only".into(),
+                    ))
+                });
         }
         return Err(AuthError::Unauthenticated(format!(
             "unsupported Authorization scheme {scheme:?} (use Bearer or Basic)"
@@ -341,4 +389,63 @@ pub(super) async fn session(
         "via": p.via,
         "csrf_token": csrf,
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::test;
+
+    /// argon2 never runs on the thread that serves the request: [`authenticate`] only reads what
+    /// the blocking pool decided (`basic_off_worker`, mounted on every admin route). Before, it
+    /// hashed inline, on an HTTP worker shared with decisions.
+    #[actix_web::test]
+    async fn basic_credentials_are_never_hashed_on_the_serving_thread() {
+        let dir = std::env::temp_dir().join(format!("rampart-basic-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let hash = crate::auth::hash_password("alice-pw").unwrap();
+        let path = dir.join("rampart.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[[apps]]\nid = 'a'\nsecret = 'x'\n[decision_log]\ndir = '{}'\n\
+                 [admin]\nstate_dir = '{}'\n\
+                 [[admin.users]]\nname = 'alice'\nrole = 'author'\npassword_hash = '{hash}'\n",
+                dir.join("log").display(),
+                dir.join("control").display()
+            ),
+        )
+        .unwrap();
+        let v = crate::config::Config::load_with_env(Some(&path), std::iter::empty())
+            .unwrap()
+            .validate()
+            .unwrap();
+        let rt = crate::runtime::Runtime::build(v).unwrap();
+        use base64ct::Encoding;
+        let basic = format!(
+            "Basic {}",
+            base64ct::Base64::encode_string(b"alice:alice-pw")
+        );
+        let req = test::TestRequest::get()
+            .uri("/admin/v1/session")
+            .insert_header(("authorization", basic.clone()))
+            .to_http_request();
+        assert!(matches!(
+            authenticate(&rt, &req),
+            Err(AuthError::Unauthenticated(_))
+        ));
+        let app =
+            test::init_service(actix_web::App::new().configure(crate::app::configure(rt.clone())))
+                .await;
+        let resp = test::call_service(
+            &app,
+            test::TestRequest::get()
+                .uri("/admin/v1/session")
+                .insert_header(("authorization", basic))
+                .to_request(),
+        )
+        .await;
+        assert_eq!(resp.status().as_u16(), 200);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand, ValueEnum};
 use rampart_core::replay::sign::{sign_many, ToSign};
 
+use crate::app::Surface;
 use crate::config::{Config, Validated};
 use crate::runtime::Runtime;
 
@@ -189,12 +190,19 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
     for w in v.warnings() {
         tracing::warn!("{w}");
     }
-    let listener = match std::net::TcpListener::bind(v.listen) {
+    let bind = |addr: std::net::SocketAddr| {
+        std::net::TcpListener::bind(addr).map_err(|e| {
+            eprintln!("rampart: cannot listen on {addr}: {e}");
+            ExitCode::from(2)
+        })
+    };
+    let listener = match bind(v.listen) {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("rampart: cannot listen on {}: {e}", v.listen);
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
+    };
+    let admin_listener = match v.raw.server.admin_addr().map(bind).transpose() {
+        Ok(l) => l,
+        Err(code) => return code,
     };
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -218,37 +226,21 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
     let tls = rt.config.tls.clone();
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(%addr, workers, "rampart listening on {scheme}://{addr}");
-    let server_rt = rt.clone();
-    let srv = rt.config.raw.server.clone();
-    let result = actix_web::rt::System::new().block_on(async move {
-        let server = actix_web::HttpServer::new(move || {
-            actix_web::App::new()
-                .wrap(actix_web::middleware::from_fn(crate::http::header_limit))
-                .wrap(actix_web::middleware::from_fn(
-                    crate::http::reqid::middleware,
-                ))
-                .configure(crate::app::configure(Arc::clone(&server_rt)))
-        })
-        .workers(workers)
-        .max_connections(srv.max_connections)
-        .max_connection_rate(srv.max_connection_rate)
-        .client_request_timeout(std::time::Duration::from_millis(
-            srv.client_request_timeout_ms,
-        ))
-        .client_disconnect_timeout(std::time::Duration::from_millis(
-            srv.client_disconnect_timeout_ms,
-        ))
-        .keep_alive(if srv.keep_alive_ms == 0 {
-            actix_web::http::KeepAlive::Disabled
-        } else {
-            actix_web::http::KeepAlive::Timeout(std::time::Duration::from_millis(srv.keep_alive_ms))
-        })
-        .shutdown_timeout(5);
-        let server = match tls {
-            Some(tls) => server.listen_rustls_0_23(listener, (*tls).clone())?,
-            None => server.listen(listener)?,
-        };
-        server.run().await
+    let result = actix_web::rt::System::new().block_on(async {
+        match admin_listener {
+            None => run_listener(&rt, Surface::All, listener, workers).await,
+            Some(admin) => {
+                let addr = admin.local_addr().map_or_else(|_| "?".into(), |a| a.to_string());
+                tracing::info!(%addr, "operator plane (admin API, console, /metrics) on {scheme}://{addr}");
+                // The operator plane gets its own workers: a busy console or a slow scrape
+                // never holds a decision worker, and the reverse.
+                tokio::try_join!(
+                    run_listener(&rt, Surface::Decisions, listener, workers),
+                    run_listener(&rt, Surface::Operator, admin, 1),
+                )
+                .map(|_| ())
+            }
+        }
     });
     rt.shutdown();
     match result {
@@ -258,6 +250,48 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Serves `surface` on `listener` until the server stops (a signal, or an error).
+async fn run_listener(
+    rt: &Arc<Runtime>,
+    surface: Surface,
+    listener: std::net::TcpListener,
+    workers: usize,
+) -> std::io::Result<()> {
+    let server_rt = rt.clone();
+    let srv = rt.config.raw.server.clone();
+    let server = actix_web::HttpServer::new(move || {
+        actix_web::App::new()
+            .wrap(actix_web::middleware::from_fn(crate::http::header_limit))
+            .wrap(actix_web::middleware::from_fn(
+                crate::http::reqid::middleware,
+            ))
+            .configure(crate::app::configure_surface(
+                Arc::clone(&server_rt),
+                surface,
+            ))
+    })
+    .workers(workers)
+    .max_connections(srv.max_connections)
+    .max_connection_rate(srv.max_connection_rate)
+    .client_request_timeout(std::time::Duration::from_millis(
+        srv.client_request_timeout_ms,
+    ))
+    .client_disconnect_timeout(std::time::Duration::from_millis(
+        srv.client_disconnect_timeout_ms,
+    ))
+    .keep_alive(if srv.keep_alive_ms == 0 {
+        actix_web::http::KeepAlive::Disabled
+    } else {
+        actix_web::http::KeepAlive::Timeout(std::time::Duration::from_millis(srv.keep_alive_ms))
+    })
+    .shutdown_timeout(5);
+    let server = match &rt.config.tls {
+        Some(tls) => server.listen_rustls_0_23(listener, (**tls).clone())?,
+        None => server.listen(listener)?,
+    };
+    server.run().await
 }
 
 fn hash_password() -> ExitCode {

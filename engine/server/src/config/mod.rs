@@ -36,7 +36,7 @@ pub use decision_log::{DecisionLogConfig, SpoolFull};
 pub use fingerprint::{FingerprintConfig, RouteConfig};
 pub use log::LogConfig;
 pub use rules::RulesConfig;
-pub use server::ServerConfig;
+pub use server::{OutcomeAuth, ServerConfig};
 pub use state::{Backend, NonceMode, OnStoreError, StateConfig};
 pub use summary::WIDE_WINDOW_MS;
 pub use waf::{WafConfig, DEBIAN_CRS_DIR};

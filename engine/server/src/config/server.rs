@@ -41,6 +41,38 @@ pub struct ServerConfig {
     /// Which hops of `X-Forwarded-For` and the TCP peer of `/v1/authz` are proxies: a number of
     /// hops, or address blocks. Absent: a proxy on loopback.
     pub trusted_proxies: Option<TrustedProxiesConfig>,
+    /// A second listening address for the operator plane: the admin API, the console and
+    /// `/metrics` move there, and `listen` serves only the decision path. Absent: one listener.
+    pub admin_listen: Option<String>,
+    /// Whether `POST /v1/outcome` must be signed by the app like a request (`signed`) or is
+    /// accepted from anyone who reaches the port (`none`).
+    pub outcome_auth: OutcomeAuth,
+    /// A bearer token `/metrics` requires (`Authorization: Bearer <token>`); absent = open.
+    pub metrics_token: Option<Hidden>,
+    /// The environment variable holding `metrics_token`.
+    pub metrics_token_env: Option<String>,
+}
+
+/// A secret read from the configuration: never shown by `Debug`.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct Hidden(pub String);
+
+impl std::fmt::Debug for Hidden {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"<hidden>\"")
+    }
+}
+
+/// `[server] outcome_auth`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutcomeAuth {
+    /// Signed like a request (`x-timestamp`, `x-nonce`, `x-signature`), used once.
+    #[default]
+    Signed,
+    /// Unauthenticated (contract v1's behaviour): only where the port is private.
+    None,
 }
 
 /// `[server] trusted_proxies`: `2` (the two right-most hops) or `["10.0.0.0/8", "::1"]`.
@@ -72,6 +104,10 @@ impl Default for ServerConfig {
             tls_key_file: None,
             proxy_headers: Default::default(),
             trusted_proxies: None,
+            admin_listen: None,
+            outcome_auth: OutcomeAuth::Signed,
+            metrics_token: None,
+            metrics_token_env: None,
         }
     }
 }
@@ -136,7 +172,44 @@ impl ServerConfig {
         if ![401, 403].contains(&self.challenge_status) {
             errs.push("server.challenge_status must be 401 or 403".into());
         }
+        if let Some(a) = &self.admin_listen {
+            match a.parse::<SocketAddr>() {
+                Ok(a) if Some(a) == listen => {
+                    errs.push("server.admin_listen must differ from server.listen".into())
+                }
+                Ok(_) => {}
+                Err(_) => errs.push(format!(
+                    "server.admin_listen {a:?} is not an address like 127.0.0.1:9090"
+                )),
+            }
+        }
+        if self.metrics_token.is_some() && self.metrics_token_env.is_some() {
+            errs.push("server: set metrics_token or metrics_token_env, not both".into());
+        }
+        match self.metrics_token() {
+            Ok(Some(t)) if t.len() < 16 => {
+                errs.push("server.metrics_token must be at least 16 characters".into())
+            }
+            Err(e) => errs.push(e),
+            _ => {}
+        }
         listen
+    }
+
+    /// The operator plane's address, when `admin_listen` is set (after validation).
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_listen.as_deref().and_then(|a| a.parse().ok())
+    }
+
+    /// The token `/metrics` requires, if any (read from the environment for `metrics_token_env`).
+    pub fn metrics_token(&self) -> Result<Option<String>, String> {
+        match (&self.metrics_token, &self.metrics_token_env) {
+            (Some(t), _) => Ok(Some(t.0.clone())),
+            (None, Some(var)) => std::env::var(var)
+                .map(Some)
+                .map_err(|_| format!("server.metrics_token_env: ${var} is not set")),
+            (None, None) => Ok(None),
+        }
     }
 
     /// What `/v1/authz` believes of the proxy headers (checked by [`ServerConfig::check`]).

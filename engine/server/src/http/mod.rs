@@ -32,8 +32,9 @@ fn get_only(path: &str, route: actix_web::Route) -> actix_web::Resource {
         .default_service(web::to(method_not_allowed))
 }
 
-/// Registers the decision-path endpoints (decide, batch, authz, outcome, time, health, metrics,
-/// OpenAPI); [`crate::app::configure`] mounts them beside the admin API and the console.
+/// Registers the decision-path endpoints (decide, batch, authz, outcome) and the ones every
+/// listener serves (time, health, OpenAPI); [`crate::app::configure`] mounts them beside
+/// `/metrics`, the admin API and the console.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/v1/decide")
@@ -62,15 +63,24 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::post().to(outcome))
             .default_service(web::to(method_not_allowed)),
     )
-    .service(
+    .configure(common_routes);
+}
+
+/// Served on every listener: time, health, OpenAPI.
+pub fn common_routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
         web::resource("/v1/time")
             .route(web::get().to(time))
             .default_service(web::to(method_not_allowed)),
     )
     .service(get_only("/healthz", web::get().to(healthz)))
     .service(get_only("/readyz", web::get().to(readyz)))
-    .service(get_only("/metrics", web::get().to(metrics)))
     .service(get_only("/openapi.json", web::get().to(openapi)));
+}
+
+/// `/metrics`: on the operator listener when there is one (`[server] admin_listen`).
+pub fn metrics_route(cfg: &mut web::ServiceConfig) {
+    cfg.service(get_only("/metrics", web::get().to(metrics)));
 }
 
 #[cfg(test)]

@@ -223,7 +223,9 @@ op!(
     request_body = Outcome,
     responses(
         (status = 200, description = "Recorded"),
-        (status = 400, description = "Malformed", body = ErrorBody)
+        (status = 400, description = "Malformed", body = ErrorBody),
+        (status = 401, description = "Not signed by the app (SIGNATURE_MISSING, SIGNATURE_INVALID) with outcome_auth = signed", body = ErrorBody),
+        (status = 409, description = "A signed report sent again (REPLAY_DUPLICATE)", body = ErrorBody)
     )
 );
 op!(

@@ -29,11 +29,32 @@ pub(super) async fn readyz(rt: web::Data<Runtime>) -> HttpResponse {
     }
 }
 
-pub(super) async fn metrics(rt: web::Data<Runtime>) -> HttpResponse {
+/// `GET /metrics`; with `[server] metrics_token`, only for `Authorization: Bearer <token>`.
+pub(super) async fn metrics(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    if let Some(want) = &rt.metrics_token {
+        let got = req
+            .headers()
+            .get("authorization")
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim().as_bytes())
+            .unwrap_or_default();
+        if !crate::auth::ct_eq(want.as_bytes(), got) {
+            return Err(ApiError::new(
+                401,
+                "UNAUTHENTICATED",
+                "/metrics needs Authorization: Bearer <server.metrics_token>",
+            ));
+        }
+    }
     rt.refresh_gauges();
-    HttpResponse::Ok()
+    Ok(HttpResponse::Ok()
         .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
-        .body(rt.metrics.encode())
+        .body(rt.metrics.encode()))
 }
 
 pub(crate) async fn query_endpoint(

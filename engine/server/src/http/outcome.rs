@@ -2,6 +2,7 @@
 
 use super::body::read_body;
 use crate::clock::now_ms;
+use crate::config::OutcomeAuth;
 use crate::error::{json_error, ApiError};
 use crate::runtime::Runtime;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -34,6 +35,9 @@ pub(super) async fn outcome(
     }
     .map_err(|e| ApiError::new(400, "INVALID_FIELD", e.to_string()))?;
     let now = now_ms();
+    if rt.config.raw.server.outcome_auth == OutcomeAuth::Signed {
+        authenticate(&rt, &req, &items, &body, now)?;
+    }
     for o in &items {
         if rt.engine.app(&o.app).is_none() {
             return Err(ApiError::new(
@@ -71,4 +75,67 @@ pub(super) async fn outcome(
             .record(&key, now, o.status, o.latency_ms);
     }
     Ok(HttpResponse::Ok().json(serde_json::json!({ "recorded": items.len() })))
+}
+
+/// A signed report (`[server] outcome_auth = "signed"`, the default): the app signs the call as
+/// it signs a request — the canonical string of `POST /v1/outcome` (its query, the body's
+/// SHA-256), with `x-timestamp`, `x-nonce`, `x-signature` and optionally `x-key-id` — so only a
+/// holder of the app's key can feed its breakers, and a captured report cannot be sent again.
+/// One report covers one app.
+fn authenticate(
+    rt: &Runtime,
+    req: &HttpRequest,
+    items: &[Outcome],
+    body: &[u8],
+    now: i64,
+) -> Result<(), ApiError> {
+    let Some(first) = items.first() else {
+        return Ok(());
+    };
+    if items.iter().any(|o| o.app != first.app) {
+        return Err(ApiError::new(
+            400,
+            "INVALID_FIELD",
+            "a signed report covers one app: send one report per app",
+        ));
+    }
+    let mut headers = serde_json::Map::new();
+    for name in ["x-timestamp", "x-nonce", "x-signature", "x-key-id"] {
+        let mut values = req.headers().get_all(name);
+        if let Some(v) = values.next() {
+            if values.next().is_some() {
+                return Err(ApiError::new(
+                    400,
+                    "DUPLICATE_HEADER",
+                    format!("{name} appears more than once"),
+                ));
+            }
+            let v = v.to_str().map_err(|_| {
+                ApiError::new(400, "INVALID_FIELD", format!("{name} is not readable text"))
+            })?;
+            headers.insert(name.into(), v.into());
+        }
+    }
+    let call: rampart_core::DecideRequest = serde_json::from_value(serde_json::json!({
+        "app": first.app,
+        "request": {
+            "method": "POST",
+            "path": req.path(),
+            "query": req.query_string(),
+            "headers": headers,
+        }
+    }))
+    .map_err(|e| ApiError::new(400, "INVALID_FIELD", e.to_string()))?;
+    match rt.engine.authenticate_call(&call, body, now)? {
+        Ok(_key) => Ok(()),
+        Err(v) => {
+            rt.metrics.outcome_refused.inc();
+            let msg = v
+                .reasons
+                .first()
+                .map(|r| r.message.clone())
+                .unwrap_or_default();
+            Err(ApiError::new(v.status, v.code.as_str(), msg))
+        }
+    }
 }

@@ -95,6 +95,8 @@ pub struct Runtime {
     /// What `/v1/authz` believes of the proxy headers (`[server] proxy_headers`,
     /// `trusted_proxies`).
     pub(crate) proxy_trust: rampart_core::forward::ProxyTrust,
+    /// The bearer token `/metrics` requires (`[server] metrics_token`).
+    pub(crate) metrics_token: Option<String>,
     /// State of the counting rule helpers (rate limits, counters); survives rule set swaps.
     pub(crate) rule_state: RuleState,
     stop: AtomicBool,
@@ -125,6 +127,8 @@ pub enum StartError {
     Control(String),
     #[error("state snapshot: {0}")]
     State(String),
+    #[error("{0}")]
+    Config(String),
 }
 
 /// Compiles the rule set configured in `[rules] dir` (the empty set when there is none).
@@ -362,8 +366,10 @@ impl Runtime {
             max_header_bytes: s.max_header_bytes,
             body_timeout: Duration::from_millis(s.client_body_timeout_ms),
         };
+        let metrics_token = cfg.raw.server.metrics_token().map_err(StartError::Config)?;
         let rt = Arc::new(Runtime {
             proxy_trust: cfg.raw.server.proxy_trust(),
+            metrics_token,
             engine,
             metrics,
             log,
