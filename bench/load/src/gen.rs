@@ -27,6 +27,12 @@ pub struct Measured {
     pub lag_us: Vec<u32>,
     /// Answers by decision code (engine) or status (baseline).
     pub codes: std::collections::BTreeMap<String, u64>,
+    /// CPU time the generator (this process, every thread) used during the run, µs.
+    pub generator_cpu_us: u64,
+    /// Wall time from the start until every connection finished (the CPU figures' span), s.
+    pub elapsed: f64,
+    /// CPU time the server process used during the run, µs (when its pid is known).
+    pub server_cpu_us: Option<u64>,
 }
 
 impl Measured {
@@ -36,6 +42,23 @@ impl Measured {
 
     pub fn pct(&self, p: f64) -> f64 {
         percentile(&self.lat_us, p)
+    }
+
+    /// The generator's CPU use during the run, as a fraction of one core.
+    pub fn generator_load(&self) -> f64 {
+        self.generator_cpu_us as f64 / 1e6 / self.elapsed.max(1e-9)
+    }
+
+    /// Whether the generator was the bottleneck (over 90% of its core): the rate then measures
+    /// the generator, not the server.
+    pub fn generator_saturated(&self) -> bool {
+        self.generator_load() > 0.9
+    }
+
+    /// The server's CPU µs per answered request.
+    pub fn server_us_per_request(&self) -> Option<f64> {
+        self.server_cpu_us
+            .map(|c| c as f64 / (self.requests.max(1)) as f64)
     }
 
     /// Percentile of the generator's own wake-up lag (open loop).
@@ -53,15 +76,44 @@ fn percentile(sorted: &[u32], p: f64) -> f64 {
     sorted[i] as f64
 }
 
-/// A `/v1/decide` body for request number `seq` of connection `conn`, signed now.
+/// A `/v1/decide` body for request number `seq` of connection `conn`, signed now. Two kinds of
+/// request in turn, as a shop's traffic has them: `POST /api/cart/add` with a small JSON body,
+/// and `GET /api/products` with a search query string and no body (whose query the edge rules and
+/// the CRS read).
 pub fn decide_body(conn: u64, seq: u64, salt: u64) -> Vec<u8> {
     let n = salt.wrapping_mul(1_000_003) ^ (conn << 40) ^ seq;
-    let user = format!("u-{}", n % 200_000);
-    let body = format!(
-        "{{\"sku\":{},\"qty\":{},\"cart\":\"c-{n:x}\"}}",
-        1000 + n % 5000,
-        1 + n % 3
-    );
+    let user = format!("u-{}", n % 20_000);
+    const TERMS: [&str; 8] = [
+        "running shoes",
+        "wireless headphones",
+        "coffee grinder",
+        "usb-c cable 2m",
+        "winter jacket",
+        "4k monitor 27",
+        "yoga mat",
+        "lego technic",
+    ];
+    const CATEGORIES: [&str; 5] = ["shoes", "audio", "kitchen", "electronics", "toys"];
+    let (method, path, query, body, params) = if n % 2 == 0 {
+        let body = format!(
+            "{{\"sku\":{},\"qty\":{},\"cart\":\"c-{n:x}\"}}",
+            1000 + n % 5000,
+            1 + n % 3
+        );
+        let params = format!("{{\"sku\":{},\"cart\":\"c-{n:x}\"}}", 1000 + n % 5000);
+        ("POST", PATH, String::new(), body, params)
+    } else {
+        // Thousands of distinct searches: a cache of scanned values must not see only eight.
+        let term = format!("{} {}", TERMS[(n / 2 % 8) as usize], n / 16 % 4096);
+        let cat = CATEGORIES[(n / 16 % 5) as usize];
+        let page = 1 + n / 80 % 9;
+        let query = format!(
+            "q={}&category={cat}&page={page}&sort=price_asc",
+            term.replace(' ', "+")
+        );
+        let params = format!("{{\"q\":\"{term}\",\"category\":\"{cat}\",\"page\":{page}}}");
+        ("GET", "/api/products", query, String::new(), params)
+    };
     let nonce = format!("load{salt:08x}{conn:04x}{seq:012x}");
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -71,38 +123,45 @@ pub fn decide_body(conn: u64, seq: u64, salt: u64) -> Vec<u8> {
         SECRET,
         &rampart_core::replay::sign::ToSign {
             app: APP,
-            method: "POST",
-            path: PATH,
-            query: "",
+            method,
+            path,
+            query: &query,
             body: body.as_bytes(),
             timestamp_ms: now,
             nonce: &nonce,
         },
     );
     let country = ["DE", "FR", "US", "BR", "CN"][(n % 5) as usize];
-    let device = ["mobile", "desktop"][(n % 2) as usize];
-    serde_json::json!({
-        "app": APP,
-        "request": {
-            "method": "POST", "path": PATH, "body": body,
-            "headers": {
-                "x-timestamp": h.timestamp, "x-nonce": h.nonce, "x-signature": h.signature,
-                "content-type": "application/json",
-                "user-agent": "Mozilla/5.0 (Linux; Android 14) AppleWebKit/537.36 Chrome/120.0 Mobile Safari/537.36",
-                "accept": "application/json",
-            }
-        },
-        "client": {
-            "ip": format!("10.{}.{}.{}", (n >> 16) % 256, (n >> 8) % 256, 1 + n % 250),
-            "country": country,
-            "device_type": device,
-            "device_id": format!("dev-{}", n % 200_000),
-        },
-        "user_id": user,
-        "params": {"sku": 1000 + n % 5000, "cart": format!("c-{n:x}")},
-    })
-    .to_string()
-    .into_bytes()
+    let device = ["mobile", "desktop"][(n / 3 % 2) as usize];
+    // Written directly, not through a `serde_json::Value`: the generator's CPU per request is
+    // what caps the baseline it can measure. (Every value here is plain ASCII; the body's quotes
+    // are the only characters that need escaping.)
+    let mut out = String::with_capacity(1000);
+    use std::fmt::Write as _;
+    let _ = write!(
+        out,
+        "{{\"app\":\"{APP}\",\"request\":{{\"method\":\"{method}\",\"path\":\"{path}\",\"query\":\"{query}\",\"body\":\"{}\",\
+         \"headers\":{{\"x-timestamp\":\"{}\",\"x-nonce\":\"{}\",\"x-signature\":\"{}\",\
+         \"content-type\":\"application/json\",\
+         \"user-agent\":\"Mozilla/5.0 (Linux; Android 14) AppleWebKit/537.36 Chrome/120.0 Mobile Safari/537.36\",\
+         \"accept\":\"application/json\",\"accept-language\":\"de-DE,de;q=0.9,en;q=0.8\",\
+         \"referer\":\"https://shop.example/c/{}?page={}\",\"cookie\":\"sid={:016x}; cart=c-{:x}; consent=1\"}}}},\
+         \"client\":{{\"ip\":\"10.{}.{}.{}\",\"country\":\"{country}\",\"device_type\":\"{device}\",\"device_id\":\"dev-{}\"}},\
+         \"user_id\":\"{user}\",\"params\":{params}}}",
+        body.replace('"', "\\\""),
+        h.timestamp,
+        h.nonce,
+        h.signature,
+        n % 97,
+        n % 7,
+        n.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        n,
+        (n >> 16) % 256,
+        (n >> 8) % 256,
+        1 + n % 250,
+        n % 20_000,
+    );
+    out.into_bytes()
 }
 
 /// How the connections send.
@@ -114,8 +173,15 @@ pub enum Pace {
     Open { rate: f64 },
 }
 
-/// Runs `connections` connections against `addr` for `duration`.
-pub fn run(addr: SocketAddr, connections: usize, duration: Duration, pace: Pace) -> Measured {
+/// Runs `connections` connections against `addr` for `duration`; with `server` (its pid), also
+/// measures that process's CPU time over the run.
+pub fn run(
+    addr: SocketAddr,
+    connections: usize,
+    duration: Duration,
+    pace: Pace,
+    server: Option<u32>,
+) -> Measured {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -129,6 +195,10 @@ pub fn run(addr: SocketAddr, connections: usize, duration: Duration, pace: Pace)
         for _ in 0..connections {
             streams.push(TcpStream::connect(addr).await.ok());
         }
+        let (gen_cpu0, server_cpu0) = (
+            crate::cpu::own_cpu_us(),
+            server.and_then(crate::cpu::process_cpu_us),
+        );
         let start = Instant::now();
         let deadline = start + duration;
         // Open loop: one pacer thread hands each connection its scheduled send times, round
@@ -164,7 +234,13 @@ pub fn run(addr: SocketAddr, connections: usize, duration: Duration, pace: Pace)
                 }
             }
         }
-        m.seconds = start.elapsed().as_secs_f64().min(duration.as_secs_f64());
+        m.elapsed = start.elapsed().as_secs_f64();
+        m.seconds = m.elapsed.min(duration.as_secs_f64());
+        m.generator_cpu_us = crate::cpu::own_cpu_us().saturating_sub(gen_cpu0);
+        m.server_cpu_us = match (server_cpu0, server.and_then(crate::cpu::process_cpu_us)) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
         m.lat_us.sort_unstable();
         m.lag_us.sort_unstable();
         m
@@ -322,4 +398,36 @@ async fn read_answer(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(u16, Strin
         .map(str::to_string)
         .unwrap_or_else(|| format!("HTTP {status}"));
     Some((status, code))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The hand-written body is the JSON the engine expects, with the signature over its body.
+    #[test]
+    fn the_decide_body_is_valid_json_and_signed() {
+        let b = super::decide_body(3, 7, 11);
+        let v: serde_json::Value = serde_json::from_slice(&b).expect("JSON");
+        assert_eq!(v["app"], super::APP);
+        let body = v["request"]["body"].as_str().unwrap();
+        assert!(
+            serde_json::from_str::<serde_json::Value>(body).is_ok(),
+            "{body}"
+        );
+        assert!(v["request"]["headers"]["x-signature"]
+            .as_str()
+            .unwrap()
+            .starts_with("v1="));
+        assert!(v["params"].is_object());
+        let get = super::decide_body(3, 8, 11);
+        let v: serde_json::Value = serde_json::from_slice(&get).expect("JSON");
+        let first: serde_json::Value = serde_json::from_slice(&b).unwrap();
+        let kinds = [
+            v["request"]["method"].as_str(),
+            first["request"]["method"].as_str(),
+        ];
+        assert!(
+            kinds.contains(&Some("GET")) && kinds.contains(&Some("POST")),
+            "{kinds:?}"
+        );
+    }
 }

@@ -4,6 +4,7 @@
 //!
 //!   cargo run --release -p rampart-load -- --out docs/perf
 
+mod cpu;
 mod gen;
 mod plot;
 mod servers;
@@ -53,19 +54,25 @@ struct RunArgs {
     /// Concurrent keep-alive connections.
     #[arg(long, default_value_t = 32)]
     connections: usize,
-    /// Server workers (default: the number of cores).
+    /// Server workers (default: the number of the servers' cores).
     #[arg(long)]
     workers: Option<usize>,
+    /// Whether to pin the generator to one core and the servers to the others (on by default
+    /// with two or more cores): sharing cores, the generator's own CPU would cap the baseline and
+    /// make every server look close to it.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pin: bool,
     /// Rounds of the baseline and local-state measurements, taken in turn (baseline, engine,
     /// baseline, engine…); the round with the median engine/baseline ratio is reported (both of
     /// its rows), with every round's ratio. A shared machine drifts by 10% and more between
     /// measurements minutes apart; pairs taken seconds apart keep that drift out of the ratio.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// Runs: baseline,local,redis,clickhouse,rules,workers,memory (comma-separated).
+    /// Runs: baseline,local,empty,redis,clickhouse,rules,workers,memory (comma-separated);
+    /// `empty` is the engine with an empty rule set (the anti-replay core, JSON, log, metrics).
     #[arg(
         long,
-        default_value = "baseline,local,redis,clickhouse,rules,workers,memory"
+        default_value = "baseline,local,empty,redis,clickhouse,rules,workers,memory"
     )]
     only: String,
     /// Use this Redis instead of starting one.
@@ -103,15 +110,25 @@ impl Row {
             "half_generator_lag_p99_us": self.half.lag_pct(0.99),
             "errors": self.max.errors + self.half.errors,
             "codes": self.max.codes,
+            "generator_cpu": (self.max.generator_load() * 1000.0).round() / 1000.0,
+            "generator_saturated": self.max.generator_saturated(),
+            "server_cpu_us_per_request": self.max.server_us_per_request().map(|u| (u * 10.0).round() / 10.0),
         })
     }
 }
 
-fn measure(name: &str, addr: std::net::SocketAddr, a: &RunArgs) -> Row {
+/// Measures the server at `addr` (process `pid`, whose CPU time is read when given).
+fn measure(name: &str, addr: std::net::SocketAddr, pid: Option<u32>, a: &RunArgs) -> Row {
     let d = Duration::from_secs_f64(a.seconds);
     // Warm up: connections, caches, the JIT-free but allocation-heavy first seconds.
-    let _ = gen::run(addr, a.connections, Duration::from_secs(1), Pace::Closed);
-    let max = gen::run(addr, a.connections, d, Pace::Closed);
+    let _ = gen::run(
+        addr,
+        a.connections,
+        Duration::from_secs(1),
+        Pace::Closed,
+        None,
+    );
+    let max = gen::run(addr, a.connections, d, Pace::Closed, pid);
     let half = gen::run(
         addr,
         a.connections,
@@ -119,6 +136,7 @@ fn measure(name: &str, addr: std::net::SocketAddr, a: &RunArgs) -> Row {
         Pace::Open {
             rate: max.rps() / 2.0,
         },
+        None,
     );
     let row = Row {
         name: name.to_string(),
@@ -136,8 +154,17 @@ fn measure(name: &str, addr: std::net::SocketAddr, a: &RunArgs) -> Row {
         row.max.errors + row.half.errors
     );
     eprintln!(
-        "  {:<28} generator wake-up lag at half: p50 {:.0} µs  p99 {:.0} µs",
+        "  {:<28} server CPU {} µs/request; generator at max {:.0}% of its core{}; wake-up lag at half: p50 {:.0} µs  p99 {:.0} µs",
         "",
+        row.max
+            .server_us_per_request()
+            .map_or("?".into(), |u| format!("{u:.1}")),
+        row.max.generator_load() * 100.0,
+        if row.max.generator_saturated() {
+            " (SATURATED: this rate is the generator's)"
+        } else {
+            ""
+        },
         row.half.lag_pct(0.5),
         row.half.lag_pct(0.99)
     );
@@ -213,7 +240,7 @@ fn main() -> std::process::ExitCode {
     }
     let a = cli.run;
     if let Some(addr) = a.against {
-        let r = measure(&addr.to_string(), addr, &a);
+        let r = measure(&addr.to_string(), addr, None, &a);
         println!(
             "{}",
             serde_json::to_string_pretty(&r.json()).unwrap_or_default()
@@ -234,7 +261,15 @@ fn main() -> std::process::ExitCode {
         );
         return std::process::ExitCode::from(2);
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let placement = match cpu::set(cpu::Placement::new(a.pin)) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("rampart-load: cannot pin the generator: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    // The servers' cores: every core but the generator's when pinned.
+    let cores = placement.servers.len().max(1);
     let workers = a.workers.unwrap_or(cores);
     let tmp = std::env::temp_dir().join(format!("rampart-load-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).expect("a temporary directory");
@@ -245,57 +280,91 @@ fn main() -> std::process::ExitCode {
         )
     };
     eprintln!(
-        "rampart-load: {cores} cores, {workers} server workers, {} connections, {} s per measurement; generator: 1 thread",
-        a.connections, a.seconds
+        "rampart-load: {}; {cores} server core(s), {workers} server workers, {} connections, {} s per measurement; generator: 1 thread",
+        placement.describe(),
+        a.connections,
+        a.seconds
     );
     let mut rows: Vec<Row> = Vec::new();
     let mut report = json!({
         "cores": cores, "workers": workers, "connections": a.connections, "seconds": a.seconds,
+        "placement": placement.describe(), "pinned": placement.generator.is_some(),
     });
 
-    if want("baseline") || want("local") || want("redis") || want("clickhouse") {
+    if want("baseline") || want("local") || want("empty") || want("redis") || want("clickhouse") {
         let b = servers::baseline(workers);
         let e = want("local")
             .then(|| servers::engine(&bin, &tmp, "local", &config(workers, None, &dl("local"))));
-        let (mut bs, mut es) = (Vec::new(), Vec::new());
-        // Rounds matter only for the ratio: without the local engine, one baseline run.
-        let rounds = if e.is_some() { a.rounds.max(1) } else { 1 };
+        let z = want("empty").then(|| {
+            let dir = tmp.join("rules-empty");
+            std::fs::create_dir_all(&dir).expect("an empty rule directory");
+            servers::engine(
+                &bin,
+                &tmp,
+                "empty",
+                &config(workers, Some(&dir), &dl("empty")),
+            )
+        });
+        let (mut bs, mut es, mut zs) = (Vec::new(), Vec::new(), Vec::new());
+        // Rounds matter only for the ratios: without an engine, one baseline run.
+        let rounds = if e.is_some() || z.is_some() {
+            a.rounds.max(1)
+        } else {
+            1
+        };
         for round in 1..=rounds {
             if rounds > 1 {
                 eprintln!("round {round} of {rounds}:");
             }
-            bs.push(measure("baseline (actix hello world)", b.addr, &a));
+            bs.push(measure("baseline (actix hello world)", b.addr, b.pid(), &a));
             if let Some(e) = &e {
-                es.push(measure("engine, local state", e.addr, &a));
+                es.push(measure("engine, local state", e.addr, e.pid(), &a));
+            }
+            if let Some(z) = &z {
+                zs.push(measure("engine, no rules", z.addr, z.pid(), &a));
             }
         }
-        if es.is_empty() {
-            rows.append(&mut bs);
-        } else {
-            let ratios: Vec<f64> = bs
-                .iter()
-                .zip(&es)
-                .map(|(b, e)| (e.max.rps() / b.max.rps() * 1000.0).round() / 1000.0)
-                .collect();
-            eprintln!("  local state vs baseline, round by round: {ratios:?}");
-            report["rounds"] = json!(bs
-                .iter()
-                .zip(&es)
-                .zip(&ratios)
-                .map(|((b, e), r)| json!({
-                    "baseline_rps": b.max.rps().round(), "local_rps": e.max.rps().round(),
-                    "vs_baseline": r,
-                }))
-                .collect::<Vec<_>>());
-            // The round with the median ratio, both of its rows: a ratio of one round's two
-            // measurements, taken a few seconds apart.
-            let mut order: Vec<usize> = (0..ratios.len()).collect();
-            order.sort_by(|&x, &y| ratios[x].total_cmp(&ratios[y]));
-            let mid = order[order.len() / 2];
+        let ratio = |b: &Row, e: &Row| (e.max.rps() / b.max.rps() * 1000.0).round() / 1000.0;
+        let local: Vec<f64> = bs.iter().zip(&es).map(|(b, e)| ratio(b, e)).collect();
+        let empty: Vec<f64> = bs.iter().zip(&zs).map(|(b, z)| ratio(b, z)).collect();
+        if !local.is_empty() {
+            eprintln!("  local state vs baseline, round by round: {local:?}");
+        }
+        if !empty.is_empty() {
+            eprintln!("  no rules vs baseline, round by round: {empty:?}");
+        }
+        if bs.iter().any(|b| b.max.generator_saturated()) {
+            eprintln!(
+                "  WARNING: the generator saturated its core while measuring the baseline: the \
+                 ratios above are upper bounds (the baseline measured the generator)"
+            );
+        }
+        report["rounds"] = json!((0..bs.len())
+            .map(|i| json!({
+                "baseline_rps": bs[i].max.rps().round(),
+                "baseline_generator_cpu": (bs[i].max.generator_load() * 1000.0).round() / 1000.0,
+                "local_rps": es.get(i).map(|e| e.max.rps().round()),
+                "vs_baseline": local.get(i),
+                "empty_rps": zs.get(i).map(|z| z.max.rps().round()),
+                "empty_vs_baseline": empty.get(i),
+            }))
+            .collect::<Vec<_>>());
+        // The round with the median ratio (of the default rules, else of no rules), all of its
+        // rows: ratios of measurements taken a few seconds apart.
+        let by = if local.is_empty() { &empty } else { &local };
+        let mut order: Vec<usize> = (0..by.len()).collect();
+        order.sort_by(|&x, &y| by[x].total_cmp(&by[y]));
+        let mid = order.get(order.len() / 2).copied().unwrap_or(0);
+        if !by.is_empty() {
             eprintln!("  reported: round {} (the median ratio)", mid + 1);
             report["reported_round"] = json!(mid + 1);
-            rows.push(bs.swap_remove(mid));
+        }
+        rows.push(bs.swap_remove(mid));
+        if !es.is_empty() {
             rows.push(es.swap_remove(mid));
+        }
+        if !zs.is_empty() {
+            rows.push(zs.swap_remove(mid));
         }
     }
     if want("redis") {
@@ -320,7 +389,7 @@ fn main() -> std::process::ExitCode {
                     ),
                 );
                 let e = servers::engine(&bin, &tmp, "redis", &cfg);
-                rows.push(measure("engine, Redis state", e.addr, &a));
+                rows.push(measure("engine, Redis state", e.addr, e.pid(), &a));
             }
             None => eprintln!("  (no redis-server: the Redis run is skipped)"),
         }
@@ -342,7 +411,12 @@ fn main() -> std::process::ExitCode {
                     &format!("{}clickhouse_url = \"{url}\"\n", dl("ch")),
                 );
                 let e = servers::engine(&bin, &tmp, "clickhouse", &cfg);
-                rows.push(measure("engine, local + ClickHouse log", e.addr, &a));
+                rows.push(measure(
+                    "engine, local + ClickHouse log",
+                    e.addr,
+                    e.pid(),
+                    &a,
+                ));
             }
             None => eprintln!("  (no clickhouse-server: the ClickHouse run is skipped)"),
         }
@@ -375,7 +449,7 @@ fn main() -> std::process::ExitCode {
                 &format!("rules-{n}"),
                 &config(workers, Some(&dir), &dl(&format!("rules-{n}"))),
             );
-            let r = measure(&format!("{n} rules"), e.addr, &a);
+            let r = measure(&format!("{n} rules"), e.addr, e.pid(), &a);
             rule_rows.push((n, r));
         }
         let r20 = rule_rows
@@ -399,7 +473,7 @@ fn main() -> std::process::ExitCode {
         eprintln!("server workers (local state, default rules; baseline alongside):");
         for w in 1..=cores.max(2) {
             let b = servers::baseline(w);
-            let rb = measure(&format!("baseline, {w} worker(s)"), b.addr, &a);
+            let rb = measure(&format!("baseline, {w} worker(s)"), b.addr, b.pid(), &a);
             drop(b);
             let e = servers::engine(
                 &bin,
@@ -407,7 +481,7 @@ fn main() -> std::process::ExitCode {
                 &format!("workers-{w}"),
                 &config(w, None, &dl(&format!("w{w}"))),
             );
-            let re = measure(&format!("engine, {w} worker(s)"), e.addr, &a);
+            let re = measure(&format!("engine, {w} worker(s)"), e.addr, e.pid(), &a);
             worker_rows.push((w, rb, re));
         }
         report["workers"] = json!(worker_rows.iter().map(|(w, b, e)| json!({

@@ -133,14 +133,23 @@ pub fn write_all(
         }
     };
     if !rows.is_empty() {
-        md.push_str("| server | req/s | vs baseline | p50 / p99 at max (µs) | rate at half load | p50 / p99 / p99.9 at half load (µs) | errors |\n|---|---|---|---|---|---|---|\n");
+        md.push_str("| server | req/s | vs baseline | server CPU µs/request | generator CPU at max | p50 / p99 at max (µs) | rate at half load | p50 / p99 / p99.9 at half load (µs) | errors |\n|---|---|---|---|---|---|---|---|---|\n");
         for r in rows {
             let _ = writeln!(
                 md,
-                "| {} | {:.0} | {} | {:.0} / {:.0} | {:.0} | {:.0} / {:.0} / {:.0} | {} |",
+                "| {} | {:.0} | {} | {} | {:.0}%{} | {:.0} / {:.0} | {:.0} | {:.0} / {:.0} / {:.0} | {} |",
                 r.name,
                 r.max.rps(),
                 base_rps.map_or("—".into(), |b| format!("{:.1}%", 100.0 * r.max.rps() / b)),
+                r.max
+                    .server_us_per_request()
+                    .map_or("—".into(), |u| format!("{u:.1}")),
+                r.max.generator_load() * 100.0,
+                if r.max.generator_saturated() {
+                    " (saturated)"
+                } else {
+                    ""
+                },
                 r.max.pct(0.5),
                 r.max.pct(0.99),
                 r.half.rps(),

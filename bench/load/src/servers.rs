@@ -7,6 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Starts `cmd` on the servers' CPUs when the run pins (see [`crate::cpu`]).
+fn place(cmd: &mut Command) {
+    if let Some(p) = crate::cpu::placement() {
+        p.place_server(cmd);
+    }
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -74,6 +81,11 @@ impl Proc {
         }
     }
 
+    /// The process id (CPU time is read from `/proc/<pid>/stat`).
+    pub fn pid(&self) -> Option<u32> {
+        Some(self.child.id())
+    }
+
     /// Resident memory of the process, from /proc.
     pub fn rss_bytes(&self) -> Option<u64> {
         let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
@@ -113,7 +125,9 @@ fn wait_http(addr: SocketAddr, path: &str, within: Duration) -> bool {
 pub fn baseline(workers: usize) -> Proc {
     let port = free_port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-    let child = Command::new(std::env::current_exe().expect("own path"))
+    let mut cmd = Command::new(std::env::current_exe().expect("own path"));
+    place(&mut cmd);
+    let child = cmd
         .args([
             "baseline",
             "--listen",
@@ -172,10 +186,19 @@ pub fn engine(bin: &Path, dir: &Path, name: &str, config: &str) -> Proc {
         format!("[server]\nlisten = \"{addr}\"\n{config}")
     };
     std::fs::write(&path, text).expect("write the engine config");
-    let child = Command::new(bin)
+    let mut cmd = Command::new(bin);
+    place(&mut cmd);
+    let child = cmd
         .args(["serve", "--config"])
         .arg(&path)
         .env("RAMPART_LOG_LEVEL", "warn")
+        // Its own control store: engines of one run must not share rule set versions (the
+        // default, `control` beside the decision log's directory, is one for the whole run, and an
+        // engine importing its rules would make them every running engine's stable set).
+        .env(
+            "RAMPART_ADMIN_STATE_DIR",
+            dir.join(format!("{name}-control")),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -193,23 +216,24 @@ pub fn redis(dir: &Path) -> Option<Proc> {
     let port = free_port();
     let dir = dir.to_path_buf();
     let spawn = move || {
-        Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()
+        let mut cmd = Command::new("redis-server");
+        place(&mut cmd);
+        cmd.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
     };
     let child = spawn()?;
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().ok()?;
@@ -248,8 +272,9 @@ pub fn clickhouse(dir: &Path) -> Option<Proc> {
     let (http, tcp, inter) = (free_port(), free_port(), free_port());
     let spawn = move || {
         let ds = d.display();
-        Command::new("runuser")
-            .args(["-u", "clickhouse", "--", "clickhouse-server"])
+        let mut cmd = Command::new("runuser");
+        place(&mut cmd);
+        cmd.args(["-u", "clickhouse", "--", "clickhouse-server"])
             .arg("--config-file=/etc/clickhouse-server/config.xml")
             .arg("--")
             .arg(format!("--http_port={http}"))

@@ -183,6 +183,7 @@ pub fn run(a: SoakArgs) -> std::process::ExitCode {
         a.connections,
         Duration::from_secs(3),
         Pace::Closed,
+        None,
     );
     let rate = (probe.rps() / 2.0).max(50.0);
     let total = Duration::from_secs_f64(a.minutes * 60.0);
@@ -195,7 +196,7 @@ pub fn run(a: SoakArgs) -> std::process::ExitCode {
     let served_before = probe.requests;
     let addr = engine.addr;
     let conns = a.connections;
-    let load = std::thread::spawn(move || gen::run(addr, conns, total, Pace::Open { rate }));
+    let load = std::thread::spawn(move || gen::run(addr, conns, total, Pace::Open { rate }, None));
 
     let start = Instant::now();
     let mut rss: Vec<(f64, u64)> = Vec::new();
