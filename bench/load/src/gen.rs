@@ -94,7 +94,7 @@ pub fn decide_body(conn: u64, seq: u64, salt: u64) -> Vec<u8> {
         "lego technic",
     ];
     const CATEGORIES: [&str; 5] = ["shoes", "audio", "kitchen", "electronics", "toys"];
-    let (method, path, query, body, params) = if n % 2 == 0 {
+    let (method, path, query, body, params) = if n.is_multiple_of(2) {
         let body = format!(
             "{{\"sku\":{},\"qty\":{},\"cart\":\"c-{n:x}\"}}",
             1000 + n % 5000,
