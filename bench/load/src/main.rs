@@ -367,6 +367,11 @@ fn main() -> std::process::ExitCode {
             rows.push(zs.swap_remove(mid));
         }
     }
+    // The local engine's rate in this run (the Redis run is compared with it).
+    let local_rps = rows
+        .iter()
+        .find(|r| r.name == "engine, local state")
+        .map(|r| r.max.rps());
     if want("redis") {
         let started;
         let url = match &a.redis_url {
@@ -378,6 +383,10 @@ fn main() -> std::process::ExitCode {
         };
         match url {
             Some(url) => {
+                let redis_addr: Option<std::net::SocketAddr> = url
+                    .strip_prefix("redis://")
+                    .and_then(|a| a.split('/').next())
+                    .and_then(|a| a.parse().ok());
                 // A decision waits on Redis round trips: more workers than cores keep the cores
                 // busy (the engine's own default for the Redis backend is 8 per core).
                 let cfg = config(
@@ -389,7 +398,38 @@ fn main() -> std::process::ExitCode {
                     ),
                 );
                 let e = servers::engine(&bin, &tmp, "redis", &cfg);
-                rows.push(measure("engine, Redis state", e.addr, e.pid(), &a));
+                // What a decision costs Redis over the whole measurement (warm-up, maximum, half
+                // load): blocking round trips from the engine's own counter, Redis's CPU from
+                // `INFO cpu`, both divided by the decisions the engine counted.
+                let sample = || {
+                    (
+                        servers::engine_metric(e.addr, "rampart_decisions_total"),
+                        servers::engine_metric(e.addr, "rampart_redis_calls_total"),
+                        redis_addr.and_then(servers::redis_cpu_us),
+                    )
+                };
+                let before = sample();
+                let row = measure("engine, Redis state", e.addr, e.pid(), &a);
+                let after = sample();
+                if let ((Some(d0), Some(c0), Some(r0)), (Some(d1), Some(c1), Some(r1))) =
+                    (before, after)
+                {
+                    let n = (d1 - d0).max(1.0);
+                    let (trips, cpu) = ((c1 - c0) / n, (r1 - r0) / n);
+                    let vs_local = local_rps.map(|l| row.max.rps() / l);
+                    eprintln!(
+                        "  {:<28} per decision: {trips:.2} blocking round trips, Redis CPU {cpu:.1} µs; \
+                         Redis/local throughput {}",
+                        "",
+                        vs_local.map_or("?".into(), |v| format!("{:.1}%", v * 100.0))
+                    );
+                    report["redis_costs"] = json!({
+                        "round_trips_per_decision": (trips * 100.0).round() / 100.0,
+                        "redis_cpu_us_per_decision": (cpu * 10.0).round() / 10.0,
+                        "vs_local": vs_local.map(|v| (v * 1000.0).round() / 1000.0),
+                    });
+                }
+                rows.push(row);
             }
             None => eprintln!("  (no redis-server: the Redis run is skipped)"),
         }

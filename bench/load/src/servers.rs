@@ -120,6 +120,64 @@ fn wait_http(addr: SocketAddr, path: &str, within: Duration) -> bool {
     false
 }
 
+/// The sum of every series of metric `name` (e.g. `rampart_redis_calls_total`) in an engine's
+/// `/metrics`.
+pub fn engine_metric(addr: SocketAddr, name: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let mut found = false;
+    let sum = out
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .inspect(|_| found = true)
+        .sum();
+    found.then_some(sum)
+}
+
+/// The CPU time Redis has used so far (user + system, µs), from `INFO cpu`.
+pub fn redis_cpu_us(addr: SocketAddr) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(b"INFO cpu\r\n").ok()?;
+    // One bulk string: `$<len>\r\n<text>\r\n`.
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let text = loop {
+        let n = s.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let t = String::from_utf8_lossy(&buf).into_owned();
+        let (head, body) = t.split_once("\r\n")?;
+        let len: usize = head.strip_prefix('$')?.parse().ok()?;
+        if body.len() >= len {
+            break body[..len].to_string();
+        }
+    };
+    let field = |k: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k))?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some((field("used_cpu_sys:")? + field("used_cpu_user:")?) * 1e6)
+}
+
 /// The baseline: this binary's `baseline` subcommand, an actix-web server answering every
 /// `POST /v1/decide` with a fixed small JSON after reading the body.
 pub fn baseline(workers: usize) -> Proc {
