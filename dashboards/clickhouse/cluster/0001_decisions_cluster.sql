@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS {db}.rampart_decisions_local ON CLUSTER {cluster}
     instance String,
     request String DEFAULT '',
     device_id String DEFAULT '',
-    key_id String DEFAULT ''
+    key_id String DEFAULT '',
+    challenge String DEFAULT ''
 )
 ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{db}/rampart_decisions', '{replica}')
 PARTITION BY toYYYYMMDD(time)

@@ -471,6 +471,27 @@ pub struct Verdict {
     /// The request carried a valid solution or clearance (`req.cleared`).
     #[serde(skip)]
     pub cleared: bool,
+    /// With a solution used by this request: how long after its challenge was issued it came
+    /// back solved (ms), for the solve-time metric.
+    #[serde(skip)]
+    pub solve_ms: Option<i64>,
+}
+
+impl Verdict {
+    /// Where the request stands with challenges, for the decision log: `issued` (this answer
+    /// carries a challenge), `solved` (a solution was used and a clearance issued), `cleared`
+    /// (a valid clearance or solution made `req.cleared` true), or `""`.
+    pub fn challenge_state(&self) -> &'static str {
+        if self.challenge.is_some() {
+            "issued"
+        } else if self.clearance.is_some() {
+            "solved"
+        } else if self.cleared {
+            "cleared"
+        } else {
+            ""
+        }
+    }
 }
 
 impl Verdict {
@@ -496,6 +517,7 @@ impl Verdict {
             clearance: None,
             challenge_difficulty: None,
             cleared: false,
+            solve_ms: None,
         }
     }
 
@@ -522,6 +544,7 @@ impl Verdict {
             clearance: None,
             challenge_difficulty: None,
             cleared: false,
+            solve_ms: None,
         }
     }
 }

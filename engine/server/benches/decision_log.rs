@@ -74,6 +74,7 @@ fn row(i: u64, t0: i64) -> ChRow {
         ),
         device_id: format!("d{}", i % 50_000),
         key_id: "default".into(),
+        challenge: String::new(),
     }
 }
 

@@ -38,6 +38,7 @@ pub struct Metrics {
     timestamp_skew: Family<Vec<(&'static str, String)>, Counter>,
     challenges_issued: Counter,
     challenges_solved: Counter,
+    challenge_solve: Histogram,
     challenges_failed: Family<Vec<(&'static str, &'static str)>, Counter>,
     pub log_written: Counter,
     pub log_dropped: Counter,
@@ -207,6 +208,13 @@ impl Metrics {
             "challenges_failed",
             "Solutions and clearances refused with CHALLENGE_FAILED, by reason",
             challenges_failed.clone(),
+        );
+        let challenge_solve =
+            Histogram::new([0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0]);
+        registry.register(
+            "challenge_solve_seconds",
+            "Time from a challenge's issue to its solution's use (client solve time plus the round trips)",
+            challenge_solve.clone(),
         );
         for f in rampart_core::challenge::Failure::ALL {
             let _ = challenges_failed.get_or_create(&vec![("reason", f.as_str())]);
@@ -495,6 +503,7 @@ impl Metrics {
             timestamp_skew,
             challenges_issued,
             challenges_solved,
+            challenge_solve,
             challenges_failed,
             log_written,
             log_dropped,
@@ -566,6 +575,9 @@ impl Metrics {
         }
         if v.clearance.is_some() {
             self.challenges_solved.inc();
+        }
+        if let Some(ms) = v.solve_ms {
+            self.challenge_solve.observe(ms.max(0) as f64 / 1000.0);
         }
         if v.code == Code::ChallengeFailed && v.rule.as_deref() == Some("challenge") {
             let said = v.reasons.first().map(|r| r.message.as_str()).unwrap_or("");

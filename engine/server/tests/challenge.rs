@@ -105,6 +105,7 @@ fn a_challenge_is_solved_once_across_instances_and_its_clearance_passes_everywhe
             .starts_with("reused"),
         "{v}"
     );
+    assert_ne!(v["cleared"], true, "a refused solution clears nothing: {v}");
 
     // The clearance passes on both; from another address it does not.
     for (e, n) in [(&a, 4), (&b, 5)] {
@@ -175,5 +176,55 @@ fn a_challenge_is_solved_once_across_instances_and_its_clearance_passes_everywhe
     assert_eq!(
         r.headers()["x-rampart-code"].to_str().unwrap(),
         "CHALLENGE_FAILED"
+    );
+
+    // The decision log says where each request stood (`challenge`: issued, solved, cleared),
+    // the explorer filters and breaks down by it, and the solve time is a histogram.
+    let rows = |e: &Engine, state: &str| -> Vec<Value> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let (st, v) = e.admin_get(&format!("/admin/v1/decisions?from=0&challenge={state}"));
+            assert_eq!(st, 200, "{v}");
+            let found = v["decisions"].as_array().cloned().unwrap_or_default();
+            if !found.is_empty() || std::time::Instant::now() > deadline {
+                return found;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    let solved = rows(&b, "solved");
+    assert_eq!(solved.len(), 1, "{solved:?}");
+    assert_eq!(solved[0]["code"], "OK");
+    let cleared = rows(&b, "cleared");
+    assert_eq!(cleared.len(), 1, "the clearance used on b: {cleared:?}");
+    let issued = rows(&a, "issued");
+    assert!(
+        issued.iter().all(|r| r["action"] == "challenge"),
+        "{issued:?}"
+    );
+    assert_eq!(
+        issued.len(),
+        2,
+        "the decide and the authz challenges: {issued:?}"
+    );
+    let (st, by) = a.admin_get("/admin/v1/stats?from=0&app=shop&by=challenge");
+    assert_eq!(st, 200, "{by}");
+    let n = |k: &str| {
+        by["breakdown"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["key"] == k)
+            .and_then(|b| b["n"].as_u64())
+            .unwrap_or(0)
+    };
+    // On a: two challenges, the forward-auth solution, and two clearances (the reused solution
+    // and the clearance from another address were refused, and cleared nothing).
+    assert_eq!((n("issued"), n("solved"), n("cleared")), (2, 1, 2), "{by}");
+    let m = b.metrics();
+    assert!(
+        m.lines()
+            .any(|l| l == "rampart_challenge_solve_seconds_count 1"),
+        "{m}"
     );
 }

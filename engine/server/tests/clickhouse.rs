@@ -282,6 +282,13 @@ fn check_queries(engine: &Engine, served: usize) {
     assert_eq!(st, 200, "{by_key}");
     assert_eq!(by_key["breakdown"][0]["key"], "default", "{by_key}");
     assert_eq!(by_key["breakdown"][0]["n"].as_u64(), Some(served as u64));
+    // No request met a challenge: the `challenge` column (migration 0006) is empty in every row.
+    assert!(rows.iter().all(|r| r["challenge"] == ""), "{r}");
+    let (st, by_ch) = engine.admin_get("/admin/v1/stats?from=0&app=shop&by=challenge");
+    assert_eq!(st, 200, "{by_ch}");
+    assert_eq!(by_ch["breakdown"][0]["key"], "", "{by_ch}");
+    assert_eq!(by_ch["breakdown"][0]["n"].as_u64(), Some(served as u64));
+    assert!(all_pages(engine, "&challenge=solved").is_empty());
     assert_eq!(r["action"], "allow");
     assert!(r["reasons"].is_array() && r["degraded"].is_boolean(), "{r}");
     assert!(

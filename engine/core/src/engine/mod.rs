@@ -523,7 +523,8 @@ impl Engine {
             solution,
         };
         let mut v = self.decide_steps(&ctx, &set, rule_req.as_ref(), session, carried, bad_path);
-        v.cleared = cleared;
+        // A solution refused after all (used before) clears nothing.
+        v.cleared = cleared && v.code != Code::ChallengeFailed;
         // Consumed once the request got past the nonce step (and the store took the record).
         let consumed = solution.is_some()
             && matches!(
@@ -532,6 +533,9 @@ impl Engine {
             )
             && !(v.step == Step::Fingerprint && v.code == Code::StoreUnavailable);
         self.finish_challenge(req, &mut v, consumed, now_ms);
+        if let (true, Some(s)) = (consumed, solution) {
+            v.solve_ms = Some(now_ms - (s.expires_ms - self.challenge.ttl_ms));
+        }
         v.shadow = std::mem::take(&mut session.shadow);
         v.score = session.score;
         v.ruleset_version = set.version().to_string();

@@ -59,6 +59,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0005_decisions_key_id",
         include_str!("../../../../dashboards/clickhouse/migrations/0005_decisions_key_id.sql"),
     ),
+    (
+        "0006_decisions_challenge",
+        include_str!("../../../../dashboards/clickhouse/migrations/0006_decisions_challenge.sql"),
+    ),
 ];
 
 pub const TABLE: &str = "rampart_decisions";
@@ -120,6 +124,10 @@ pub struct ChRow {
     /// spool segments).
     #[serde(default)]
     pub key_id: String,
+    /// `issued`, `solved`, `cleared` or empty (migration 0006; defaulted for older spool
+    /// segments).
+    #[serde(default)]
+    pub challenge: String,
 }
 
 /// Longest stored value of most string fields, in bytes.
@@ -218,6 +226,7 @@ impl ChRow {
                 .as_deref()
                 .map(|k| clean(k, 64))
                 .unwrap_or_default(),
+            challenge: r.challenge.unwrap_or_default().to_string(),
         }
     }
 }

@@ -62,6 +62,10 @@ pub struct DecisionRecord {
     /// reached).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key_id: Option<Arc<str>>,
+    /// Where the request stood with challenges ([`rampart_core::model::Verdict::challenge_state`]):
+    /// `issued`, `solved`, `cleared`; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<&'static str>,
 }
 
 /// JSON text made by `serde_json` (the only way to build one), so a log line can hold it as it

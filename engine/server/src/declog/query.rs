@@ -32,12 +32,14 @@ pub struct Filter {
     pub device_id: Option<String>,
     /// The signing key the request's signature matched.
     pub key_id: Option<String>,
+    /// Where the request stood with challenges: `issued`, `solved`, `cleared`.
+    pub challenge: Option<String>,
     /// Page size, 1–1000 (default 100).
     pub limit: Option<usize>,
     /// `next` of the previous page.
     pub cursor: Option<String>,
     /// Stats: breakdown dimension (`country`, `isp`, `device_type`, `tier`, `rule`, `code`,
-    /// `route`, `app`, `arm`, `key_id`); default `tier`.
+    /// `route`, `app`, `arm`, `key_id`, `challenge`); default `tier`.
     pub by: Option<String>,
     /// Stats: time-series bucket in seconds (60 – 86400, default 60).
     pub bucket_s: Option<u32>,
@@ -52,7 +54,7 @@ pub enum QueryError {
     Unavailable(String),
 }
 
-pub const DIMENSIONS: [&str; 10] = [
+pub const DIMENSIONS: [&str; 11] = [
     "country",
     "isp",
     "device_type",
@@ -63,6 +65,7 @@ pub const DIMENSIONS: [&str; 10] = [
     "app",
     "arm",
     "key_id",
+    "challenge",
 ];
 
 const ACTIONS: [&str; 4] = ["allow", "challenge", "review", "deny"];
@@ -133,7 +136,7 @@ fn check(f: &Filter, now_ms: i64) -> Result<Checked, QueryError> {
     })
 }
 
-fn string_filters(f: &Filter) -> [(&'static str, Option<&String>); 11] {
+fn string_filters(f: &Filter) -> [(&'static str, Option<&String>); 12] {
     [
         ("app", f.app.as_ref()),
         ("route", f.route.as_ref()),
@@ -146,6 +149,7 @@ fn string_filters(f: &Filter) -> [(&'static str, Option<&String>); 11] {
         ("device_type", f.device_type.as_ref()),
         ("device_id", f.device_id.as_ref()),
         ("key_id", f.key_id.as_ref()),
+        ("challenge", f.challenge.as_ref()),
     ]
 }
 
@@ -325,7 +329,9 @@ pub async fn stats_ch(s: &ChSettings, f: &Filter, now_ms: i64) -> Result<Value, 
         || f.ip.is_some()
         || f.device_id.is_some()
         || f.key_id.is_some()
-        || c.by == "key_id";
+        || f.challenge.is_some()
+        || c.by == "key_id"
+        || c.by == "challenge";
     let (table, n, time) = if base {
         (format!("{db}.{TABLE}"), "count()", "time")
     } else {
@@ -467,6 +473,7 @@ fn local_decision(r: &Value) -> Value {
         "device_type": s("device_type"),
         "device_id": s("device_id"),
         "key_id": s("key_id"),
+        "challenge": s("challenge"),
         "ua_family": crate::declog::clickhouse::ua_family(&s("user_agent")),
         "user_agent": s("user_agent"),
         "ja3": s("ja3"),

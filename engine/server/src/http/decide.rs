@@ -117,6 +117,7 @@ pub(super) fn judge(
         score: verdict.score,
         request: recorded,
         key_id: verdict.key_id.clone(),
+        challenge: Some(verdict.challenge_state()).filter(|s| !s.is_empty()),
     });
     Ok(DecisionOut {
         decision_id,
