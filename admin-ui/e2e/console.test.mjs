@@ -214,6 +214,8 @@ test("an operator story: author a rule, sandbox it, canary it, approve it as som
   await page.waitForSelector("#chart-rate svg path", { state: "attached" });
   await page.waitForFunction(() => Number(document.querySelector("#kpi-n")?.textContent) >= 30, null, { timeout: 15000 });
   await page.waitForSelector("#heat-country svg rect", { state: "attached" });
+  // The challenge chart has its three bars (issued, solved, cleared), zero or not.
+  await page.waitForFunction(() => document.querySelectorAll("#chart-challenges svg rect").length === 3, null, { timeout: 15000 });
   await shot(page, "02-overview");
 
   // Rules: author a rule with a syntax error, see it located, fix it.

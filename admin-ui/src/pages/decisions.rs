@@ -8,7 +8,7 @@ use crate::pages::sandbox::trace_view;
 use crate::ui::{action_badge, input_value, now_ms, spawn, text, time, ErrorBox, Tick};
 use crate::Session;
 
-const FILTERS: [(&str, &str); 7] = [
+const FILTERS: [(&str, &str); 8] = [
     ("app", "App"),
     ("route", "Route"),
     ("user", "User"),
@@ -16,6 +16,7 @@ const FILTERS: [(&str, &str); 7] = [
     ("tier", "Tier"),
     ("rule", "Rule"),
     ("code", "Code"),
+    ("challenge", "Challenge"),
 ];
 
 #[function_component(Decisions)]
@@ -213,7 +214,8 @@ pub fn decisions() -> Html {
                     <h2>{ format!("Decision {}", text(&r["decision_id"])) }</h2>
                     <dl class="fields">
                         { for ["time_ms", "app", "method", "route", "user", "ip", "country", "isp", "device_type", "ua_family", "ja3",
-                               "tier", "rule", "action", "code", "status", "score", "ruleset_version", "arm", "latency_us", "degraded", "instance"].iter().map(|k| html! {
+                               "tier", "rule", "action", "code", "status", "score", "ruleset_version", "arm", "latency_us", "degraded", "instance",
+                               "key_id", "challenge"].iter().map(|k| html! {
                             <><dt>{ *k }</dt><dd>{ if *k == "time_ms" { time(r[*k].as_i64().unwrap_or(0)) } else { text(&r[*k]) } }</dd></>
                         }) }
                     </dl>

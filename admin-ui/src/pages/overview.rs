@@ -61,6 +61,8 @@ struct Stats {
     latency: Value,
     latency_hist: Vec<[f64; 3]>,
     heat: BTreeMap<&'static str, Vec<(String, u64, f64)>>,
+    /// Challenges issued, solved, and cleared requests (last hour).
+    challenges: Vec<(String, f64)>,
     source: String,
 }
 
@@ -163,6 +165,16 @@ pub fn overview() -> Html {
                             return;
                         }
                     }
+                    if let Ok(v) = api::get("/admin/v1/stats?by=challenge").await {
+                        let b = breakdown(&v);
+                        next.challenges = ["issued", "solved", "cleared"]
+                            .iter()
+                            .map(|k| {
+                                let n = b.iter().find(|(key, _, _)| key == k).map_or(0, |x| x.1);
+                                (k.to_string(), n as f64)
+                            })
+                            .collect();
+                    }
                     for by in ["country", "isp", "device_type"] {
                         if let Ok(v) = api::get(&format!("/admin/v1/stats?by={by}")).await {
                             next.heat
@@ -244,6 +256,8 @@ pub fn overview() -> Html {
                 <BarChart id="chart-rules" title="Top rules (last hour)"
                           bars={stats.rules.iter().map(|(k, n)| (k.clone(), *n, "#dc2626")).collect::<Vec<_>>()} />
                 <LineChart id="chart-latency" title="Latency percentiles (last hour, µs)" series={lat_series} unit=" µs" />
+                <BarChart id="chart-challenges" title="Challenges issued, solved, and cleared requests (last hour)"
+                          bars={stats.challenges.iter().map(|(k, n)| (k.clone(), *n, "#ca8a04")).collect::<Vec<_>>()} />
                 <HeatMap id="heat-country" title="Refused share by region" cells={stats.heat.get("country").cloned().unwrap_or_default()} />
                 <HeatMap id="heat-isp" title="Refused share by ISP" cells={stats.heat.get("isp").cloned().unwrap_or_default()} />
                 <HeatMap id="heat-device" title="Refused share by device type" cells={stats.heat.get("device_type").cloned().unwrap_or_default()} />
