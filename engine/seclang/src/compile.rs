@@ -188,6 +188,9 @@ fn prefilters(c: &mut Compiled) {
         let literals = match &r.op {
             _ if r.negated => None,
             Op::Rx(crate::ops::Rx::Fast(re)) => crate::prefilter::required(re.as_str()),
+            Op::Rx(crate::ops::Rx::Backtracking(re)) => {
+                crate::prefilter::required_backtracking(re.as_str())
+            }
             // A phrase list is its own literal set.
             Op::Pm(_, words) if !words.is_empty() => Some(words.clone()),
             _ => None,

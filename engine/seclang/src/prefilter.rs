@@ -44,6 +44,104 @@ pub fn required(pattern: &str) -> Option<Vec<Vec<u8>>> {
     Some(minimal(set))
 }
 
+/// The required literals of a pattern only a backtracking engine runs (look-around,
+/// back-references, atomic groups, possessive quantifiers): those of a relaxed pattern that
+/// matches a superset of its strings — look-arounds dropped (they only restrict), a
+/// back-reference read as "anything", atomic groups and possessive quantifiers as plain ones. A
+/// literal every string of the superset contains, every string of the pattern contains.
+pub fn required_backtracking(pattern: &str) -> Option<Vec<Vec<u8>>> {
+    required(&relaxed(pattern)?)
+}
+
+/// See [`required_backtracking`]; None when the pattern cannot be read (unbalanced groups).
+fn relaxed(p: &str) -> Option<String> {
+    let b = p.as_bytes();
+    let mut out = String::with_capacity(p.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'\\' => {
+                let next = *b.get(i + 1)?;
+                if next.is_ascii_digit() && next != b'0' {
+                    out.push_str("(?:.*)");
+                } else {
+                    out.push('\\');
+                    out.push(next as char);
+                }
+                i += 2;
+            }
+            b'[' => {
+                // A class, copied as is (a `]` right after `[` or `[^` is a member).
+                let start = i;
+                i += 1;
+                if b.get(i) == Some(&b'^') {
+                    i += 1;
+                }
+                if b.get(i) == Some(&b']') {
+                    i += 1;
+                }
+                while i < b.len() && b[i] != b']' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+                out.push_str(p.get(start..i.min(b.len()))?);
+            }
+            b'(' if b[i..].starts_with(b"(?=")
+                || b[i..].starts_with(b"(?!")
+                || b[i..].starts_with(b"(?<=")
+                || b[i..].starts_with(b"(?<!") =>
+            {
+                i = group_end(b, i)?;
+            }
+            b'(' if b[i..].starts_with(b"(?>") => {
+                out.push_str("(?:");
+                i += 3;
+            }
+            c @ (b'+' | b'*' | b'?' | b'}') if b.get(i + 1) == Some(&b'+') => {
+                out.push(c as char);
+                i += 2;
+            }
+            c => {
+                out.push(c as char);
+                i += 1;
+            }
+        }
+    }
+    Some(out)
+}
+
+/// The index just past the group that opens at `i` (escapes and classes respected).
+fn group_end(b: &[u8], mut i: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    while i < b.len() {
+        match b[i] {
+            b'\\' => i += 1,
+            b'[' => {
+                i += 1;
+                if b.get(i) == Some(&b'^') {
+                    i += 1;
+                }
+                if b.get(i) == Some(&b']') {
+                    i += 1;
+                }
+                while i < b.len() && b[i] != b']' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'(' => depth += 1,
+            b')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
 /// Drops literals that contain another literal of the set (the shorter one suffices).
 fn minimal(mut set: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     set.sort_by_key(|l| l.len());
@@ -247,5 +345,31 @@ mod tests {
         let mut s = req(r"\.{2}[/\\]").unwrap();
         s.sort();
         assert_eq!(s, vec!["../".to_string(), "..\\".into()]);
+    }
+}
+
+#[cfg(test)]
+mod backtracking_tests {
+    use super::*;
+
+    #[test]
+    fn a_relaxed_pattern_drops_look_around_and_reads_back_references_as_anything() {
+        assert_eq!(
+            relaxed(r"a(?!b\))c\1(?>d)e++[(?!]").as_deref(),
+            Some(r"ac(?:.*)(?:d)e+[(?!]")
+        );
+        // CRS 942130: a tautology needs a comparison or a keyword.
+        let lits = required_backtracking(
+            r#"(?i:[\s'\"`()]*?\b([\d\w]+)\b[\s'\"`()]*?(?:<(?:=(?:[\s'\"`()]*?(?!\b\1\b)[\d\w]+|>[\s'\"`()]*?(?:\b\1\b))|>?[\s'\"`()]*?(?!\b\1\b)[\d\w]+)|(?:not\s+(?:regexp|like)|is\s+not|>=?|!=|\^)[\s'\"`()]*?(?!\b\1\b)[\d\w]+|(?:(?:sounds\s+)?like|r(?:egexp|like)|=)[\s'\"`()]*?(?:\b\1\b)))"#,
+        )
+        .expect("a literal set");
+        for must in ["<", ">", "=", "!=", "^", "is not", "rlike", "sounds like"] {
+            assert!(
+                lits.iter()
+                    .any(|l| must.as_bytes().windows(l.len()).any(|w| w == &l[..])),
+                "{must}: {lits:?}"
+            );
+        }
+        assert!(lits.iter().all(|l| !l.is_empty()));
     }
 }
