@@ -311,6 +311,44 @@ fn limits_counters_and_distinct_counts_are_shared(fleet: &[Engine], tag: &str) {
     );
 }
 
+/// Scripts Redis has run so far (`INFO commandstats`).
+fn scripts_run(redis: &RedisServer) -> u64 {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// On one node the anti-replay core is one script per decision: the nonce and, only when it is
+/// new, the duplicate-submission fingerprint (it was two, one round trip each). Still exact: the
+/// same submission with a new nonce is `DUPLICATE_SUBMISSION`, a replay is `REPLAY_DUPLICATE`,
+/// and a replay records no fingerprint (its body then passes with a fresh nonce).
+fn anti_replay_core_in_one_script(redis: &RedisServer, e: &Engine, tag: &str) {
+    let before = scripts_run(redis);
+    for i in 0..20 {
+        let c = call("/api/x", &format!("{{\"one\":{i}}}"), "u-one", fresh(tag));
+        assert_eq!(code(&e.decide(&c.json()).1), "OK");
+    }
+    assert_eq!(scripts_run(redis) - before, 20, "one script per decision");
+    let first = call("/api/x", "{\"one\":0}", "u-one", fresh(tag));
+    assert_eq!(code(&e.decide(&first.json()).1), "DUPLICATE_SUBMISSION");
+    let c = call("/api/x", "{\"one\":\"a\"}", "u-one", fresh(tag));
+    assert_eq!(code(&e.decide(&c.json()).1), "OK");
+    // The same nonce with another body (signed anew): a replay, and no fingerprint recorded.
+    let mut replay = call("/api/x", "{\"one\":\"b\"}", "u-one", c.nonce.clone());
+    replay.ts_ms = c.ts_ms;
+    assert_eq!(code(&e.decide(&replay.json()).1), "REPLAY_DUPLICATE");
+    let b = call("/api/x", "{\"one\":\"b\"}", "u-one", fresh(tag));
+    assert_eq!(
+        code(&e.decide(&b.json()).1),
+        "OK",
+        "the replay recorded no fingerprint"
+    );
+}
+
 fn fleet(dir: &Path, n: usize, name: &str, state: &str) -> Vec<Engine> {
     let rules = rules(dir);
     (0..n)
@@ -440,6 +478,7 @@ fn single_node_three_instances_act_as_one() {
         &format!("redis_url = \"{url}\"\nnonce_mode = \"bloom\"\n"),
     );
     suite(&bloom, "sb");
+    anti_replay_core_in_one_script(&redis, &bloom[0], "sb-one");
     window_reads_match_the_in_process_limiter(node_settings(&url));
     // A whole batch on one worker (each item makes several Redis calls on that worker's thread).
     let items: Vec<Value> = (0..100)
@@ -517,6 +556,7 @@ fn single_node_three_instances_act_as_one() {
         &format!("redis_url = \"{url}\"\nnonce_mode = \"exact\"\nredis_prefix = \"rx\"\n"),
     );
     replay_on_another_instance(&exact, "se");
+    anti_replay_core_in_one_script(&redis, &exact[0], "se-one");
     // Exact mode keeps one key per live nonce under its own prefix (each expires when its
     // timestamp can no longer pass the window).
     let keys = redis.cli(&["--scan", "--pattern", "rx:n:shop:*"]);

@@ -402,7 +402,7 @@ impl Engine {
             Continue(t) => t,
             Break(v) => return Ok(Err(v)),
         };
-        match self.check_nonce(&ctx, nonce, ts, skew) {
+        match self.check_nonce(&ctx, nonce, ts, skew, None) {
             Continue(_) => Ok(Ok(key)),
             Break(v) => Ok(Err(v)),
         }
@@ -623,10 +623,14 @@ impl Engine {
             Continue(t) => t,
             Break(v) => return v,
         };
-        // 4. Nonce de-duplication: the first write to shared state.
+        // 4. Nonce de-duplication: the first write to shared state. The fingerprint of step 5
+        // goes with it where the store can take both at once (not with a solution to record in
+        // between: its single use must be recorded before the fingerprint).
         session.step("nonce");
-        let degraded = match self.check_nonce(ctx, nonce, ts, skew) {
-            Continue(degraded) => degraded,
+        let then = self.fingerprint_of(ctx, carried.body_hash);
+        let together = then.filter(|_| carried.solution.is_none());
+        let (degraded, answered) = match self.check_nonce(ctx, nonce, ts, skew, together) {
+            Continue(d) => d,
             Break(v) => return v,
         };
         // A proof of work is used once: recorded now that the request is known fresh.
@@ -638,7 +642,7 @@ impl Engine {
         }
         // 5. Duplicate-submission fingerprint.
         session.step("fingerprint");
-        let degraded = match self.check_fingerprint(ctx, carried.body_hash, degraded) {
+        let degraded = match self.check_fingerprint(ctx, then, answered, degraded) {
             Continue(degraded) => degraded,
             Break(v) => return v,
         };

@@ -9,8 +9,9 @@ use crate::model::{Action, Code, DecideRequest, Reason, Step, Verdict};
 use crate::policy::{AppPolicy, FailPolicy};
 use crate::replay::canonical::{canonical_query, SignedFields};
 use crate::replay::fingerprint::{canonical_json, fingerprint, Submission};
-use crate::replay::nonce::{validate_nonce, NonceVerdict};
+use crate::replay::nonce::{validate_nonce, NonceVerdict, Then};
 use crate::rules::DecisionContext;
+use crate::store::StoreError;
 
 use super::Engine;
 
@@ -133,7 +134,8 @@ impl Engine {
         nonce: &str,
         ts: i64,
         skew: i64,
-    ) -> ControlFlow<Verdict, bool> {
+        then: Option<Then>,
+    ) -> ControlFlow<Verdict, (bool, Option<Result<bool, StoreError>>)> {
         let (app, now_ms) = (ctx.app, ctx.now_ms);
         if let Err(msg) = validate_nonce(nonce) {
             return Break(Verdict::reject(
@@ -171,9 +173,23 @@ impl Engine {
             return Break(v);
         }
         let mut degraded = false;
-        let mut seen = self
-            .nonces
-            .check_and_insert(&app.id, nonce, ts, app.window_ms, now_ms);
+        // With a fingerprint to record, one step where the store can (one round trip); the
+        // fingerprint's answer is then handed to the fingerprint step.
+        let combined = match then {
+            Some(t) if self.fallback.is_none() => {
+                self.nonces
+                    .check_and_insert_then(&app.id, nonce, ts, app.window_ms, now_ms, t)
+            }
+            _ => None,
+        };
+        let (mut seen, fingerprint) = match combined {
+            Some((seen, fp)) => (seen, fp),
+            None => (
+                self.nonces
+                    .check_and_insert(&app.id, nonce, ts, app.window_ms, now_ms),
+                None,
+            ),
+        };
         if let Some(fb) = &self.fallback {
             match &seen {
                 // Write-through, so the local filter knows this instance's nonces when it is
@@ -220,7 +236,45 @@ impl Engine {
                 None => degraded = true,
             },
         }
-        Continue(degraded)
+        Continue((degraded, fingerprint))
+    }
+
+    /// The duplicate-submission fingerprint the request records, if its route and method call for
+    /// one and it names a user or a device: computed before the nonce step so that a store can
+    /// take both in one step. Pure.
+    pub(super) fn fingerprint_of(
+        &self,
+        ctx: &DecisionContext<'_>,
+        body_hash: &str,
+    ) -> Option<Then> {
+        let (req, app) = (ctx.request, ctx.app);
+        let r = &req.request;
+        let route = self.route(&app.id, &r.path);
+        let dedup = route.map(|r| &r.dedup).unwrap_or(&self.default_dedup);
+        // Users and devices live in separate namespaces: user "x" is not device "x".
+        let user = match (req.user_id.as_deref(), req.client.device_id.as_deref()) {
+            (Some(u), _) if !u.is_empty() => format!("u:{u}"),
+            (_, Some(d)) if !d.is_empty() => format!("d:{d}"),
+            _ => return None,
+        };
+        let method = r.method.to_ascii_uppercase();
+        if dedup.window_ms <= 0 || !dedup.methods.contains(&method) {
+            return None;
+        }
+        let params = submission_params(req, body_hash, &dedup.volatile_fields);
+        let query = canonical_query(&r.query);
+        let fp = fingerprint(&Submission {
+            app: &app.id,
+            user: &user,
+            method: &method,
+            path: &r.path,
+            canonical_query: &query,
+            canonical_params: &params,
+        });
+        Some(Then {
+            fingerprint: fp,
+            window_ms: dedup.window_ms,
+        })
     }
 
     /// Step 5, fingerprint: the same user (or device) has not sent the same submission to the
@@ -230,45 +284,30 @@ impl Engine {
     pub(super) fn check_fingerprint(
         &self,
         ctx: &DecisionContext<'_>,
-        body_hash: &str,
+        then: Option<Then>,
+        answered: Option<Result<bool, StoreError>>,
         mut degraded: bool,
     ) -> ControlFlow<Verdict, bool> {
-        let (req, app, now_ms) = (ctx.request, ctx.app, ctx.now_ms);
-        let r = &req.request;
-        let route = self.route(&app.id, &r.path);
-        let dedup = route.map(|r| &r.dedup).unwrap_or(&self.default_dedup);
-        // Users and devices live in separate namespaces: user "x" is not device "x".
-        let user = match (req.user_id.as_deref(), req.client.device_id.as_deref()) {
-            (Some(u), _) if !u.is_empty() => Some(format!("u:{u}")),
-            (_, Some(d)) if !d.is_empty() => Some(format!("d:{d}")),
-            _ => None,
-        };
-        let Some(user) = user.as_deref() else {
+        let (app, now_ms) = (ctx.app, ctx.now_ms);
+        let Some(Then {
+            fingerprint: fp,
+            window_ms,
+        }) = then
+        else {
             return Continue(degraded);
         };
-        let method = r.method.to_ascii_uppercase();
-        if dedup.window_ms <= 0 || !dedup.methods.contains(&method) {
-            return Continue(degraded);
-        }
-        let params = submission_params(req, body_hash, &dedup.volatile_fields);
-        let query = canonical_query(&r.query);
-        let fp = fingerprint(&Submission {
-            app: &app.id,
-            user,
-            method: &method,
-            path: &r.path,
-            canonical_query: &query,
-            canonical_params: &params,
-        });
-        let mut first = self
-            .fingerprints
-            .insert_if_absent(&app.id, fp, dedup.window_ms, now_ms);
+        let mut first = match answered {
+            Some(a) => a,
+            None => self
+                .fingerprints
+                .insert_if_absent(&app.id, fp, window_ms, now_ms),
+        };
         if let Some(fb) = &self.fallback {
             match &first {
                 Ok(true) => {
-                    if let Ok(false) =
-                        fb.fingerprints
-                            .insert_if_absent(&app.id, fp, dedup.window_ms, now_ms)
+                    if let Ok(false) = fb
+                        .fingerprints
+                        .insert_if_absent(&app.id, fp, window_ms, now_ms)
                     {
                         first = Ok(false);
                     }
@@ -280,7 +319,7 @@ impl Engine {
                     degraded = true;
                     first = fb
                         .fingerprints
-                        .insert_if_absent(&app.id, fp, dedup.window_ms, now_ms);
+                        .insert_if_absent(&app.id, fp, window_ms, now_ms);
                 }
                 _ => {}
             }
@@ -293,10 +332,7 @@ impl Engine {
                     Action::Deny,
                     Code::DuplicateSubmission,
                     "fingerprint",
-                    Reason::new(format!(
-                        "same user, route and params within {} ms",
-                        dedup.window_ms
-                    )),
+                    Reason::new(format!("same user, route and params within {window_ms} ms")),
                 );
                 v.degraded = degraded;
                 return Break(v);

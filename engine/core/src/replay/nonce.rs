@@ -58,6 +58,21 @@ pub struct NonceStats {
 }
 
 /// The nonce de-duplication step's state.
+/// The fingerprint a request records after its nonce (see
+/// [`NonceStore::check_and_insert_then`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Then {
+    pub fingerprint: u128,
+    /// How long the fingerprint is kept (the route's dedup window).
+    pub window_ms: i64,
+}
+
+/// The nonce's verdict and, when it was asked, whether the fingerprint was new.
+pub type Combined = (
+    Result<NonceVerdict, StoreError>,
+    Option<Result<bool, StoreError>>,
+);
+
 pub trait NonceStore: Send + Sync {
     /// Atomically records `(app, nonce)` for a request with timestamp `ts_ms`, which the caller has
     /// already checked against the app's window `window_ms` at server time `now_ms`.
@@ -69,6 +84,26 @@ pub trait NonceStore: Send + Sync {
         window_ms: i64,
         now_ms: i64,
     ) -> Result<NonceVerdict, StoreError>;
+
+    /// [`check_and_insert`](Self::check_and_insert) and, only when the nonce is fresh, the
+    /// duplicate-submission fingerprint `then` (as [`FingerprintStore::insert_if_absent`] would
+    /// record it), in one step: for a shared store, one round trip instead of two. `None` when
+    /// this store cannot (the engine then asks the fingerprint store after the nonce store). The
+    /// second result is `None` when the nonce was not fresh (the fingerprint was not touched);
+    /// when the step failed as a whole, both results are its error.
+    ///
+    /// [`FingerprintStore::insert_if_absent`]: crate::replay::fingerprint::FingerprintStore::insert_if_absent
+    fn check_and_insert_then(
+        &self,
+        _app: &str,
+        _nonce: &str,
+        _ts_ms: i64,
+        _window_ms: i64,
+        _now_ms: i64,
+        _then: Then,
+    ) -> Option<Combined> {
+        None
+    }
 
     /// A hint that `(app, nonce)` with `ts_ms` will be checked soon: a store may bring the memory it
     /// will touch into cache. Must not read or write any record.

@@ -448,6 +448,11 @@ impl Redis {
         &self.prefix
     }
 
+    /// Whether this is a Redis Cluster (keys of different slots cannot share a script).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.target, SyncTarget::Cluster(_))
+    }
+
     /// The bound on each call (`[state] redis_timeout_ms`).
     pub fn timeout(&self) -> Duration {
         self.timeout

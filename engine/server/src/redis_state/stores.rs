@@ -20,7 +20,7 @@ use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use rampart_core::replay::bloom::SlicedBloomConfig;
 use rampart_core::replay::fingerprint::FingerprintStore;
-use rampart_core::replay::nonce::{NonceStats, NonceStore, NonceVerdict};
+use rampart_core::replay::nonce::{Combined, NonceStats, NonceStore, NonceVerdict, Then};
 use rampart_core::store::hll::DistinctStore;
 use rampart_core::store::limits::{window_estimate, Gcra, LimiterStore, StoredWindow};
 use rampart_core::store::quota::{Claim, QuotaStore};
@@ -298,6 +298,14 @@ impl AppFilter {
     }
 }
 
+/// A compact-mode nonce's place (see [`RedisNonces::bloom_probe`]).
+struct BloomProbe {
+    key: String,
+    ttl: i64,
+    bytes: u64,
+    offsets: Vec<u64>,
+}
+
 /// Nonces in Redis, exact or compact.
 pub struct RedisNonces {
     redis: Arc<Redis>,
@@ -365,6 +373,46 @@ impl RedisNonces {
         Ok(all)
     }
 
+    /// An exact nonce's TTL: live until ts − W + retention (≥ ts + W), as the in-process exact
+    /// store, plus the clock margin; ≤ 0 when its timestamp can no longer pass.
+    fn exact_ttl(&self, ts_ms: i64, window_ms: i64, now_ms: i64) -> i64 {
+        let expires = ts_ms
+            .saturating_sub(window_ms)
+            .saturating_add(self.retention_ms)
+            .saturating_add(1);
+        expires - now_ms + self.margin_ms
+    }
+
+    /// Where a compact-mode nonce lives: its bitmap, the bitmap's TTL and size, the probe bits;
+    /// `None` when its slice has expired (out of range).
+    fn bloom_probe(
+        &self,
+        app: &str,
+        nonce: &str,
+        ts_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<BloomProbe>, StoreError> {
+        let f = self
+            .filters
+            .get(app)
+            .ok_or_else(|| invalid("no compact nonce filter for this app"))?;
+        let seed = f.seed(&self.redis)?;
+        let l = &f.layout;
+        let slice = ts_ms.div_euclid(l.slice_ms);
+        let ttl = l.expiry_of(slice) - now_ms + self.margin_ms;
+        if ttl <= 0 {
+            return Ok(None);
+        }
+        let (shard, offsets) = l.probes(seed, app, nonce);
+        Ok(Some(BloomProbe {
+            // One hash tag for the bitmap and its token keys: one slot, one script.
+            key: format!("{}:nb:{{{app}:{slice}:{shard}}}", self.redis.prefix()),
+            ttl,
+            bytes: l.bytes_per_shard(),
+            offsets,
+        }))
+    }
+
     /// The compact filters' bitmaps alive at any moment, in bytes (all apps).
     pub fn memory_bytes(&self) -> u64 {
         self.filters.values().map(|f| f.layout.memory_bytes()).sum()
@@ -382,12 +430,7 @@ impl NonceStore for RedisNonces {
     ) -> Result<NonceVerdict, StoreError> {
         let p = self.redis.prefix();
         if self.filters.is_empty() {
-            // Exact: live until ts − W + retention (≥ ts + W), as the in-process exact store.
-            let expires = ts_ms
-                .saturating_sub(window_ms)
-                .saturating_add(self.retention_ms)
-                .saturating_add(1);
-            let ttl = expires - now_ms + self.margin_ms;
+            let ttl = self.exact_ttl(ts_ms, window_ms, now_ms);
             if ttl <= 0 {
                 return Ok(NonceVerdict::OutOfRange);
             }
@@ -398,26 +441,18 @@ impl NonceStore for RedisNonces {
                 NonceVerdict::Replay
             });
         }
-        let f = self
-            .filters
-            .get(app)
-            .ok_or_else(|| invalid("no compact nonce filter for this app"))?;
-        let seed = f.seed(&self.redis)?;
-        let l = &f.layout;
-        let slice = ts_ms.div_euclid(l.slice_ms);
-        let ttl = l.expiry_of(slice) - now_ms + self.margin_ms;
-        if ttl <= 0 {
+        let Some(probe) = self.bloom_probe(app, nonce, ts_ms, now_ms)? else {
             return Ok(NonceVerdict::OutOfRange);
-        }
-        let (shard, offs) = l.probes(seed, app, nonce);
-        // One hash tag for the bitmap and the token key: one slot, one script.
-        let key = format!("{p}:nb:{{{app}:{slice}:{shard}}}");
-        let token = format!("{key}:t:{}", hex::encode(call_token()));
-        let (bytes, token_ttl) = (l.bytes_per_shard(), self.token_ttl_ms);
+        };
+        let token = format!("{}:t:{}", probe.key, hex::encode(call_token()));
+        let token_ttl = self.token_ttl_ms;
         let seen: i64 = self.redis.call_idempotent(|c| {
-            let mut inv = scripts::NONCE_BLOOM.key(&key);
-            inv.key(&token).arg(ttl).arg(bytes).arg(token_ttl);
-            for o in &offs {
+            let mut inv = scripts::NONCE_BLOOM.key(&probe.key);
+            inv.key(&token)
+                .arg(probe.ttl)
+                .arg(probe.bytes)
+                .arg(token_ttl);
+            for o in &probe.offsets {
                 inv.arg("SET").arg("u1").arg(*o).arg(1);
             }
             inv.invoke(c)
@@ -426,6 +461,68 @@ impl NonceStore for RedisNonces {
             NonceVerdict::Replay
         } else {
             NonceVerdict::Fresh
+        })
+    }
+
+    /// One node only: the nonce and the fingerprint keys hash to different cluster slots, so on
+    /// a cluster they stay two calls.
+    fn check_and_insert_then(
+        &self,
+        app: &str,
+        nonce: &str,
+        ts_ms: i64,
+        window_ms: i64,
+        now_ms: i64,
+        then: Then,
+    ) -> Option<Combined> {
+        if self.redis.is_cluster() {
+            return None;
+        }
+        let p = self.redis.prefix();
+        let fp_key = format!("{p}:f:{:032x}", then.fingerprint);
+        let fp_ttl = then.window_ms.max(1);
+        let token = call_token();
+        let answer: Result<(i64, i64), StoreError> = if self.filters.is_empty() {
+            let ttl = self.exact_ttl(ts_ms, window_ms, now_ms);
+            if ttl <= 0 {
+                return Some((Ok(NonceVerdict::OutOfRange), None));
+            }
+            let key = format!("{p}:n:{app}:{nonce}");
+            self.redis.call_idempotent(|c| {
+                scripts::NONCE_THEN_FINGERPRINT
+                    .key(&key)
+                    .key(&fp_key)
+                    .arg(&token[..])
+                    .arg(ttl)
+                    .arg(fp_ttl)
+                    .invoke(c)
+            })
+        } else {
+            let probe = match self.bloom_probe(app, nonce, ts_ms, now_ms) {
+                Ok(Some(probe)) => probe,
+                Ok(None) => return Some((Ok(NonceVerdict::OutOfRange), None)),
+                Err(e) => return Some((Err(e.clone()), Some(Err(e)))),
+            };
+            let token_key = format!("{}:t:{}", probe.key, hex::encode(token));
+            self.redis.call_idempotent(|c| {
+                let mut inv = scripts::NONCE_BLOOM_THEN_FINGERPRINT.key(&probe.key);
+                inv.key(&token_key)
+                    .key(&fp_key)
+                    .arg(probe.ttl)
+                    .arg(probe.bytes)
+                    .arg(self.token_ttl_ms)
+                    .arg(&token[..])
+                    .arg(fp_ttl);
+                for o in &probe.offsets {
+                    inv.arg("SET").arg("u1").arg(*o).arg(1);
+                }
+                inv.invoke(c)
+            })
+        };
+        Some(match answer {
+            Ok((1, _)) => (Ok(NonceVerdict::Replay), None),
+            Ok((_, seen)) => (Ok(NonceVerdict::Fresh), Some(Ok(seen == 0))),
+            Err(e) => (Err(e.clone()), Some(Err(e))),
         })
     }
 
