@@ -54,37 +54,29 @@ pub fn required_backtracking(pattern: &str) -> Option<Vec<Vec<u8>>> {
 }
 
 /// See [`required_backtracking`]; None when the pattern cannot be read (unbalanced groups).
+/// Works on bytes and copies every byte it keeps as it is (a multi-byte character stays whole).
 fn relaxed(p: &str) -> Option<String> {
     let b = p.as_bytes();
-    let mut out = String::with_capacity(p.len());
+    let mut out: Vec<u8> = Vec::with_capacity(p.len());
     let mut i = 0;
     while i < b.len() {
         match b[i] {
             b'\\' => {
                 let next = *b.get(i + 1)?;
                 if next.is_ascii_digit() && next != b'0' {
-                    out.push_str("(?:.*)");
+                    out.extend_from_slice(b"(?:.*)");
+                    i += 2;
                 } else {
-                    out.push('\\');
-                    out.push(next as char);
+                    // The escape and the whole character it escapes.
+                    let len = p.get(i + 1..)?.chars().next()?.len_utf8();
+                    out.extend_from_slice(&b[i..i + 1 + len]);
+                    i += 1 + len;
                 }
-                i += 2;
             }
             b'[' => {
-                // A class, copied as is (a `]` right after `[` or `[^` is a member).
-                let start = i;
-                i += 1;
-                if b.get(i) == Some(&b'^') {
-                    i += 1;
-                }
-                if b.get(i) == Some(&b']') {
-                    i += 1;
-                }
-                while i < b.len() && b[i] != b']' {
-                    i += if b[i] == b'\\' { 2 } else { 1 };
-                }
-                i += 1;
-                out.push_str(p.get(start..i.min(b.len()))?);
+                let end = class_end(b, i);
+                out.extend_from_slice(&b[i..end]);
+                i = end;
             }
             b'(' if b[i..].starts_with(b"(?=")
                 || b[i..].starts_with(b"(?!")
@@ -94,20 +86,36 @@ fn relaxed(p: &str) -> Option<String> {
                 i = group_end(b, i)?;
             }
             b'(' if b[i..].starts_with(b"(?>") => {
-                out.push_str("(?:");
+                out.extend_from_slice(b"(?:");
                 i += 3;
             }
             c @ (b'+' | b'*' | b'?' | b'}') if b.get(i + 1) == Some(&b'+') => {
-                out.push(c as char);
+                out.push(c);
                 i += 2;
             }
             c => {
-                out.push(c as char);
+                out.push(c);
                 i += 1;
             }
         }
     }
-    Some(out)
+    String::from_utf8(out).ok()
+}
+
+/// The index just past the character class that opens at `i` (a `]` right after `[` or `[^` is a
+/// member; escapes are skipped); the pattern's end if it never closes.
+fn class_end(b: &[u8], mut i: usize) -> usize {
+    i += 1;
+    if b.get(i) == Some(&b'^') {
+        i += 1;
+    }
+    if b.get(i) == Some(&b']') {
+        i += 1;
+    }
+    while i < b.len() && b[i] != b']' {
+        i += if b[i] == b'\\' { 2 } else { 1 };
+    }
+    (i + 1).min(b.len())
 }
 
 /// The index just past the group that opens at `i` (escapes and classes respected).
@@ -115,29 +123,21 @@ fn group_end(b: &[u8], mut i: usize) -> Option<usize> {
     let mut depth = 0usize;
     while i < b.len() {
         match b[i] {
-            b'\\' => i += 1,
-            b'[' => {
+            b'\\' => i += 2,
+            b'[' => i = class_end(b, i),
+            b'(' => {
+                depth += 1;
                 i += 1;
-                if b.get(i) == Some(&b'^') {
-                    i += 1;
-                }
-                if b.get(i) == Some(&b']') {
-                    i += 1;
-                }
-                while i < b.len() && b[i] != b']' {
-                    i += if b[i] == b'\\' { 2 } else { 1 };
-                }
             }
-            b'(' => depth += 1,
             b')' => {
-                depth -= 1;
+                depth = depth.checked_sub(1)?;
+                i += 1;
                 if depth == 0 {
-                    return Some(i + 1);
+                    return Some(i);
                 }
             }
-            _ => {}
+            _ => i += 1,
         }
-        i += 1;
     }
     None
 }
@@ -357,6 +357,12 @@ mod backtracking_tests {
         assert_eq!(
             relaxed(r"a(?!b\))c\1(?>d)e++[(?!]").as_deref(),
             Some(r"ac(?:.*)(?:d)e+[(?!]")
+        );
+        // Multi-byte characters are copied whole, escaped or not.
+        assert_eq!(relaxed("é\\é(?=ü)ß").as_deref(), Some("é\\éß"));
+        assert_eq!(
+            required_backtracking("(?!x)préfixe").as_deref(),
+            Some(&["préfixe".as_bytes().to_vec()][..])
         );
         // CRS 942130: a tautology needs a comparison or a keyword.
         let lits = required_backtracking(
