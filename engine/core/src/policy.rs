@@ -17,6 +17,11 @@ pub struct AppPolicy {
     pub keys: Arc<arc_swap::ArcSwap<Keyring>>,
     /// Accepted clock difference, both ways: |server_now − x-timestamp| ≤ window_ms.
     pub window_ms: i64,
+    /// Browser traffic behind forward-auth (`[[apps]] accept_unsigned`): a request that carries
+    /// none of the anti-replay headers is judged without the anti-replay steps (it has no nonce
+    /// to protect) instead of being refused `SIGNATURE_MISSING`. A request that carries any of
+    /// them is checked in full.
+    pub accept_unsigned: bool,
 }
 
 impl AppPolicy {
@@ -30,7 +35,14 @@ impl AppPolicy {
             id: id.into(),
             keys: Arc::new(arc_swap::ArcSwap::from_pointee(keys)),
             window_ms,
+            accept_unsigned: false,
         }
+    }
+
+    /// The same app, accepting unsigned requests (or not).
+    pub fn accepting_unsigned(mut self, accept: bool) -> Self {
+        self.accept_unsigned = accept;
+        self
     }
 }
 

@@ -340,3 +340,97 @@ fn the_device_id_binds_when_there_is_one() {
         .unwrap();
     failed(&v, "foreign_subject");
 }
+
+/// A browser behind forward-auth cannot sign. An app with `accept_unsigned` judges a request that
+/// carries none of the anti-replay headers by its rules alone: challenged, solved once, cleared.
+/// A request that carries any anti-replay header is checked in full (no downgrade by dropping a
+/// header or two), and an app without the setting still refuses unsigned requests.
+#[test]
+fn an_app_that_accepts_unsigned_requests_judges_them_by_the_rules_and_the_challenge_alone() {
+    let e = Engine::new(
+        EngineSettings {
+            apps: vec![
+                AppPolicy::new("web", SECRET, 5_000).accepting_unsigned(true),
+                AppPolicy::new("shop", SECRET, 5_000),
+            ],
+            routes: vec![],
+            default_dedup: DedupPolicy::default(),
+            on_store_error: rampart_core::StorePolicies::all(FailPolicy::Deny),
+            challenge_status: 401,
+        },
+        Arc::new(ExactNonceStore::new(10_000, 1_000_000)),
+        Arc::new(LocalFingerprintStore::new(100_000)),
+        Arc::new(LiveRules::new(rules())),
+    )
+    .with_challenge(ChallengeConfig {
+        keys: vec![[3; 32]],
+        difficulty: 6,
+        seed: 42,
+        ..ChallengeConfig::default()
+    });
+    let ip = "203.0.113.9";
+    let unsigned = |app: &str, path: &str, extra: &[(&str, &str)]| {
+        let mut r = request(app, path, ip, "unused-nonce-000001", extra);
+        for h in ["x-timestamp", "x-nonce", "x-signature"] {
+            r.request.headers.remove(h);
+        }
+        r
+    };
+    // Nothing challenges /home: allowed, twice (no nonce, no duplicate-submission step), no key.
+    for _ in 0..2 {
+        let v = e.decide(&unsigned("web", "/home", &[]), NOW).unwrap();
+        assert_eq!((v.action, v.code), (Action::Allow, Code::Ok), "{v:?}");
+        assert_eq!(v.key_id, None);
+    }
+    // The same request to an app without the setting.
+    let v = e.decide(&unsigned("shop", "/home", &[]), NOW).unwrap();
+    assert_eq!(v.code, Code::SignatureMissing);
+    // Any anti-replay header present: checked in full.
+    let mut partial = unsigned("web", "/home", &[]);
+    partial.request.headers.insert("x-nonce".into(), nonce(900));
+    let v = e.decide(&partial, NOW).unwrap();
+    assert_eq!(v.code, Code::SignatureMissing, "{v:?}");
+    let mut forged = request("web", "/home", ip, &nonce(901), &[]);
+    forged
+        .request
+        .headers
+        .insert("x-signature".into(), format!("v1={}", "0".repeat(64)));
+    assert_eq!(e.decide(&forged, NOW).unwrap().code, Code::SignatureInvalid);
+    // Signed requests of the app still get the anti-replay core: a replay is refused.
+    let signed = request("web", "/home", ip, &nonce(902), &[]);
+    assert_eq!(e.decide(&signed, NOW).unwrap().code, Code::Ok);
+    assert_eq!(e.decide(&signed, NOW).unwrap().code, Code::ReplayDuplicate);
+
+    // Challenged, solved, cleared; the solution is good once.
+    let v = e.decide(&unsigned("web", "/login", &[]), NOW).unwrap();
+    assert_eq!(v.action, Action::Challenge, "{v:?}");
+    let ch = v.challenge.expect("a challenge");
+    let solution = format!("{}:{}", ch.token, solve(&ch.token, ch.difficulty));
+    let v = e
+        .decide(
+            &unsigned("web", "/login", &[(SOLUTION_HEADER, &solution)]),
+            NOW + 500,
+        )
+        .unwrap();
+    assert_eq!((v.action, v.code), (Action::Allow, Code::Ok), "{v:?}");
+    assert!(v.cleared);
+    let clearance = v.clearance.expect("a clearance").token;
+    let v = e
+        .decide(
+            &unsigned("web", "/login", &[(SOLUTION_HEADER, &solution)]),
+            NOW + 600,
+        )
+        .unwrap();
+    failed(&v, "reused");
+    // The clearance passes; from another address it is refused.
+    let v = e
+        .decide(
+            &unsigned("web", "/login", &[(CLEARANCE_HEADER, &clearance)]),
+            NOW + 700,
+        )
+        .unwrap();
+    assert_eq!((v.action, v.code), (Action::Allow, Code::Ok), "{v:?}");
+    let mut elsewhere = unsigned("web", "/login", &[(CLEARANCE_HEADER, &clearance)]);
+    elsewhere.client.ip = Some("198.51.100.1".into());
+    failed(&e.decide(&elsewhere, NOW + 800).unwrap(), "foreign");
+}

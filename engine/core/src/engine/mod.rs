@@ -595,6 +595,17 @@ impl Engine {
                 Reason::new(e.to_string()),
             );
         }
+        // A browser behind forward-auth has no key to sign with: an app that accepts unsigned
+        // requests judges one that carries none of the anti-replay headers by its rules alone.
+        if ctx.app.accept_unsigned {
+            let [t, n, s] =
+                ctx.request
+                    .request
+                    .headers_of(["x-timestamp", "x-nonce", "x-signature"]);
+            if t.is_none() && n.is_none() && s.is_none() {
+                return self.decide_unsigned(ctx, set, rule_req, session, carried);
+            }
+        }
         // 2. Signature.
         session.step("signature");
         let (ts_raw, nonce, key_id) = match self.check_signature(ctx, carried.body_hash) {
@@ -646,6 +657,37 @@ impl Engine {
             Continue(degraded) => degraded,
             Break(v) => return v,
         };
+        self.decide_rules(set, rule_req, session, degraded)
+    }
+
+    /// An unsigned request of an app that accepts them: no signature, window, nonce or
+    /// duplicate-submission step (nothing identifies one sending of it); a verified solution is
+    /// still used once, then the gateway and business rules judge it. Its verdict names no key.
+    fn decide_unsigned(
+        &self,
+        ctx: &DecisionContext<'_>,
+        set: &RuleSet,
+        rule_req: Option<&Req>,
+        session: &mut RuleSession,
+        carried: Carried<'_>,
+    ) -> Verdict {
+        if let Some(s) = carried.solution {
+            session.step("challenge");
+            if let Break(v) = self.consume_solution(ctx, s) {
+                return v;
+            }
+        }
+        self.decide_rules(set, rule_req, session, false)
+    }
+
+    /// Steps 6–8: the gateway and business rules, then the scores against the thresholds.
+    fn decide_rules(
+        &self,
+        set: &RuleSet,
+        rule_req: Option<&Req>,
+        session: &mut RuleSession,
+        degraded: bool,
+    ) -> Verdict {
         // 6–7. Gateway and business rules.
         for tier in [Tier::Gateway, Tier::Business] {
             session.step(tier.as_str());

@@ -30,6 +30,10 @@ pub struct AppConfig {
     /// `[state] fingerprint_max_entries`.
     #[serde(default)]
     pub fingerprint_max_entries: Option<usize>,
+    /// Browser traffic behind forward-auth: a request with none of the anti-replay headers is
+    /// judged by the rules alone instead of being refused `SIGNATURE_MISSING`.
+    #[serde(default)]
+    pub accept_unsigned: bool,
 }
 
 /// `[[apps]] keys = [{ id, secret | secret_env, not_before_ms, not_after_ms }]`.
@@ -60,6 +64,7 @@ impl std::fmt::Debug for AppConfig {
             .field("expected_rps", &self.expected_rps)
             .field("exact_max_entries", &self.exact_max_entries)
             .field("fingerprint_max_entries", &self.fingerprint_max_entries)
+            .field("accept_unsigned", &self.accept_unsigned)
             .finish()
     }
 }
@@ -87,6 +92,7 @@ pub struct ValidApp {
     pub id: String,
     pub keys: Vec<ValidKey>,
     pub window_ms: i64,
+    pub accept_unsigned: bool,
 }
 
 /// A configured key with its secret read.
@@ -107,6 +113,7 @@ impl std::fmt::Debug for ValidApp {
                 &self.keys.iter().map(|k| k.id.as_str()).collect::<Vec<_>>(),
             )
             .field("window_ms", &self.window_ms)
+            .field("accept_unsigned", &self.accept_unsigned)
             .finish()
     }
 }
@@ -281,6 +288,7 @@ pub(super) fn check(apps: &[AppConfig], errs: &mut Vec<String>) -> Vec<ValidApp>
                 id: a.id.clone(),
                 keys,
                 window_ms: a.window_ms,
+                accept_unsigned: a.accept_unsigned,
             });
         }
     }

@@ -113,6 +113,7 @@ impl Config {
                 expected_rps: None,
                 exact_max_entries: None,
                 fingerprint_max_entries: None,
+                accept_unsigned: false,
             }],
             state: StateConfig::default(),
             fingerprint: FingerprintConfig::default(),
@@ -293,7 +294,10 @@ impl Validated {
             apps: self
                 .apps
                 .iter()
-                .map(|a| AppPolicy::with_keys(a.id.clone(), a.keyring(), a.window_ms))
+                .map(|a| {
+                    AppPolicy::with_keys(a.id.clone(), a.keyring(), a.window_ms)
+                        .accepting_unsigned(a.accept_unsigned)
+                })
                 .collect(),
             routes: c
                 .routes

@@ -28,6 +28,13 @@ impl Validated {
         let mut out = Vec::new();
         for a in &self.apps {
             let (id, w) = (&a.id, a.window_ms);
+            if a.accept_unsigned {
+                out.push(format!(
+                    "app {id:?}: accept_unsigned is on; a request without anti-replay headers is \
+                     judged by the rules alone (no replay protection). Meant for browser pages \
+                     behind forward-auth; give signed API clients an app of their own"
+                ));
+            }
             if w > WIDE_WINDOW_MS {
                 out.push(format!(
                     "app {id:?}: window_ms = {w} is wider than {} s; a captured request stays \
@@ -124,7 +131,7 @@ impl Validated {
         let rs = c.rules.settings();
         json!({
             // Keys are listed to admins only (`GET /admin/v1/apps/{app}/keys`).
-            "apps": self.apps.iter().map(|a| json!({"id": a.id, "window_ms": a.window_ms})).collect::<Vec<_>>(),
+            "apps": self.apps.iter().map(|a| json!({"id": a.id, "window_ms": a.window_ms, "accept_unsigned": a.accept_unsigned})).collect::<Vec<_>>(),
             "fingerprint": {"window_ms": c.fingerprint.window_ms, "methods": c.fingerprint.methods,
                             "volatile_fields": c.fingerprint.volatile_fields},
             "routes": c.routes.iter().map(|r| json!({

@@ -473,6 +473,7 @@ mod tests {
                 },
             ],
             window_ms: 5000,
+            accept_unsigned: false,
         }
     }
 
