@@ -93,7 +93,7 @@ node --test sdk/js/ 2>&1 | tee -a "$log" | tail -n 8
 # Count Node's results in the closing line like cargo's.
 awk '/^# pass / { p = $3 } /^# fail / { f = $3 } END { printf "test result: node. %d passed; %d failed;\n", p, f }' "$log" >> "$log"
 
-step "console in a browser (headless Chromium, playwright-core, against a real engine)"
+step "browser tests (headless Chromium, playwright-core, real engine: the console; the challenge page behind a real nginx)"
 if [ ! -d admin-ui/e2e/node_modules/playwright-core ]; then
   (cd admin-ui/e2e && npm ci --no-audit --no-fund --loglevel=error)
 fi

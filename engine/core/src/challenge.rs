@@ -265,6 +265,26 @@ fn parse(token: &str) -> Option<Parts<'_>> {
         .then_some(p)
 }
 
+/// The challenge a token describes, read without its MAC (for a page that shows it: nothing is
+/// trusted from it, the solution is verified in full later). `None` when it is not a well-formed
+/// challenge token. Every character of a well-formed token is one of `[A-Za-z0-9._-]`.
+pub fn read_challenge(token: &str) -> Option<Challenge> {
+    let p = parse(token).filter(|p| p.kind == "p1")?;
+    let difficulty: u8 = p.difficulty.parse().ok()?;
+    let expires_ms: i64 = p.expires.parse().ok()?;
+    let b64url = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    ((1..=MAX_DIFFICULTY).contains(&difficulty) && b64url(p.mac)).then(|| Challenge {
+        kind: "pow",
+        algorithm: "sha256",
+        difficulty,
+        token: token.to_string(),
+        expires_ms,
+    })
+}
+
 impl ChallengeConfig {
     fn token(
         &self,
@@ -483,6 +503,33 @@ mod tests {
                 Err(Failure::Malformed),
                 "{junk}"
             );
+        }
+    }
+
+    #[test]
+    fn a_page_reads_a_challenge_token_and_nothing_else() {
+        let c = cfg();
+        let ch = c.issue("shop", "203.0.113.9", 12, 1_000);
+        assert_eq!(read_challenge(&ch.token), Some(ch.clone()));
+        let cl = c.clearance("shop", "203.0.113.9", 1_000);
+        assert_eq!(
+            read_challenge(&cl.token),
+            None,
+            "a clearance is no challenge"
+        );
+        // A MAC field of the right length but with markup in it.
+        let markup = format!(
+            "p1.shop.0123456789abcdef.12.1000.0123456789abcdef.{:x<43}",
+            "<script>alert(1)</script>"
+        );
+        for bad in [
+            "",
+            "p1.shop",
+            &markup,
+            &ch.token.replace(".12.", ".99."),
+            &format!("{}.x", ch.token),
+        ] {
+            assert_eq!(read_challenge(bad), None, "{bad:?}");
         }
     }
 

@@ -1190,3 +1190,143 @@ async fn one_apps_flood_cannot_starve_another_app() {
         }
     }
 }
+
+/// Browser pages behind forward-auth (`accept_unsigned`): an unsigned page load that a rule
+/// challenges is answered with the challenge page when it asks for HTML (what Traefik and Envoy
+/// show the browser), with the JSON decision otherwise; `/v1/authz-page` (what nginx shows) takes
+/// nothing from its headers that does not fit its alphabet; an app without the setting still
+/// refuses unsigned requests.
+#[actix_web::test]
+async fn a_refused_browser_page_load_gets_the_page_and_an_api_call_the_json() {
+    let dir = temp_dir("authz-page");
+    std::fs::create_dir_all(dir.join("rules/edge")).unwrap();
+    std::fs::write(
+        dir.join("rules/edge/members.rhai"),
+        "//! name: members-pow\n//! priority: 10\n//! owner: t\n//! description: t\n\
+         if req.path.starts_with(\"/members/\") && !req.cleared { challenge(\"members\", #{difficulty: 9}) }\n",
+    )
+    .unwrap();
+    let path = dir.join("rampart.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[apps]]\nid = \"web\"\nsecret = \"s3cret\"\naccept_unsigned = true\n\
+             [[apps]]\nid = \"shop\"\nsecret = \"s3cret\"\n\
+             [rules]\ndir = \"{d}/rules\"\n[decision_log]\ndir = \"{d}/log\"\n\
+             [admin]\nstate_dir = \"{d}/control\"\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    let v = Config::load_with_env(Some(&path), std::iter::empty())
+        .unwrap()
+        .validate()
+        .unwrap();
+    let rt = Runtime::build(v).unwrap();
+    let app = app!(rt);
+    let load_of = |app_id: &str, uri: &str, accept: &str| {
+        test::TestRequest::get()
+            .uri("/v1/authz")
+            .insert_header(("X-App", app_id.to_string()))
+            .insert_header(("X-Original-Method", "GET"))
+            .insert_header(("X-Original-URI", uri.to_string()))
+            .insert_header(("Accept", accept.to_string()))
+            .to_request()
+    };
+    let load = |app_id: &str, accept: &str| load_of(app_id, "/members/home", accept);
+    let html = "text/html,application/xhtml+xml,*/*;q=0.8";
+
+    // A browser's page load: the challenge page, with the decision's headers.
+    let r = test::call_service(&app, load("web", html)).await;
+    assert_eq!(r.status(), 401);
+    let h = r.headers().clone();
+    assert_eq!(hdr(&h, "x-rampart-decision"), "challenge");
+    assert_eq!(hdr(&h, "x-rampart-code"), "RULE_CHALLENGE");
+    assert!(hdr(&h, "content-type").starts_with("text/html"));
+    assert!(hdr(&h, "content-security-policy").contains("script-src 'sha256-"));
+    assert_eq!(hdr(&h, "cache-control"), "no-store");
+    let token = hdr(&h, "x-rampart-challenge").to_string();
+    assert!(token.starts_with("p1.web."), "{token}");
+    let body = String::from_utf8(test::read_body(r).await.to_vec()).unwrap();
+    assert!(body.contains(&format!("\"token\":\"{token}\"")), "{body}");
+    assert!(body.contains("\"difficulty\":9"));
+    assert!(body.contains("solveInWorker"), "the solver is inlined");
+
+    // An API client's call: the JSON decision, as before.
+    let r = test::call_service(&app, load("web", "application/json")).await;
+    assert_eq!(r.status(), 401);
+    let v: Value = test::read_body_json(r).await;
+    assert_eq!(v["challenge"]["kind"], "pow");
+    assert_eq!(v["key_id"], Value::Null);
+
+    // A page no rule refuses: allowed unsigned, naming no key.
+    let r = test::call_service(&app, load_of("web", "/home", html)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(hdr(r.headers(), "x-rampart-key-id"), "");
+    // An app that does not accept unsigned requests: refused, with the refusal page.
+    let r = test::call_service(&app, load_of("shop", "/home", html)).await;
+    assert_eq!(r.status(), 401);
+    assert_eq!(hdr(r.headers(), "x-rampart-code"), "SIGNATURE_MISSING");
+    let body = String::from_utf8(test::read_body(r).await.to_vec()).unwrap();
+    assert!(body.contains("401 SIGNATURE_MISSING"), "{body}");
+    assert!(!body.contains("rampart-challenge"));
+
+    // The page nginx asks for, from what it copied of the answer.
+    let page = |headers: &[(&str, &str)]| {
+        let mut t = test::TestRequest::get().uri("/v1/authz-page");
+        for (k, v) in headers {
+            t = t.insert_header((k.to_string(), v.to_string()));
+        }
+        t.to_request()
+    };
+    let r = test::call_service(
+        &app,
+        page(&[
+            ("X-Rampart-Status", "401"),
+            ("X-Rampart-Code", "RULE_CHALLENGE"),
+            ("X-Rampart-Challenge", &token),
+        ]),
+    )
+    .await;
+    assert_eq!(r.status(), 401);
+    let body = String::from_utf8(test::read_body(r).await.to_vec()).unwrap();
+    assert!(body.contains(&token));
+    let r = test::call_service(
+        &app,
+        page(&[
+            ("X-Rampart-Status", "409"),
+            ("X-Rampart-Code", "REPLAY_DUPLICATE"),
+            ("X-Rampart-Decision-Id", "0190-ab"),
+        ]),
+    )
+    .await;
+    assert_eq!(r.status(), 409);
+    assert_eq!(hdr(r.headers(), "x-rampart-code"), "REPLAY_DUPLICATE");
+    let body = String::from_utf8(test::read_body(r).await.to_vec()).unwrap();
+    assert!(body.contains("409 REPLAY_DUPLICATE") && body.contains("0190-ab"));
+    // Whatever a client could put there: no markup, no 2xx, no challenge from a non-token.
+    let r = test::call_service(
+        &app,
+        page(&[
+            ("X-Rampart-Status", "200"),
+            ("X-Rampart-Code", "<script>alert(1)</script>"),
+            ("X-Rampart-Decision-Id", "\"><img src=x>"),
+            ("X-Rampart-Challenge", "p1.web.<script>"),
+        ]),
+    )
+    .await;
+    assert_eq!(r.status(), 403);
+    assert_eq!(hdr(r.headers(), "x-rampart-code"), "");
+    let body = String::from_utf8(test::read_body(r).await.to_vec()).unwrap();
+    assert!(!body.contains("<script"), "{body}");
+    assert!(
+        !body.contains("<img") && !body.contains("rampart-challenge"),
+        "{body}"
+    );
+    let r = test::call_service(
+        &app,
+        test::TestRequest::post().uri("/v1/authz-page").to_request(),
+    )
+    .await;
+    assert_eq!(r.status(), 405);
+}

@@ -44,36 +44,56 @@ pub(super) async fn authz(rt: web::Data<Runtime>, req: HttpRequest) -> HttpRespo
             } else {
                 out.status
             };
+            let headers = |r: &mut actix_web::HttpResponseBuilder| {
+                r.insert_header(("X-Rampart-Decision", out.action.as_str()))
+                    .insert_header(("X-Rampart-Code", out.code.as_str()))
+                    .insert_header(("X-Rampart-Status", out.status.to_string()))
+                    .insert_header(("X-Rampart-Decision-Id", out.decision_id.clone()));
+                if let Some(k) = &out.key_id {
+                    r.insert_header(("X-Rampart-Key-Id", k.as_str()));
+                }
+                // A challenged browser's page reads the proof of work from these (or from the
+                // body); a verified solution's clearance comes back as the cookie the proxy
+                // passes on.
+                if let Some(c) = &out.challenge {
+                    if let (Some(t), Some(d)) = (c["token"].as_str(), c["difficulty"].as_u64()) {
+                        r.insert_header(("X-Rampart-Challenge", t))
+                            .insert_header(("X-Rampart-Challenge-Difficulty", d.to_string()));
+                    }
+                }
+                if let Some(t) = out.clearance.as_ref().and_then(|c| c["token"].as_str()) {
+                    let ttl = rt.config.raw.challenge.clearance_ttl_ms / 1000;
+                    r.insert_header((
+                        "Set-Cookie",
+                        format!(
+                            "{}={t}; Path=/; Max-Age={ttl}; HttpOnly; SameSite=Lax",
+                            rampart_core::challenge::CLEARANCE_COOKIE
+                        ),
+                    ));
+                }
+                if let Some(ms) = out.retry_after_ms.filter(|_| status == 429) {
+                    r.insert_header(("Retry-After", ms.div_ceil(1000).max(1).to_string()));
+                }
+            };
+            // A browser's page load that is refused gets the page (the challenge page for a
+            // challenge): Traefik and Envoy show this answer to the client as it is.
+            if status != 200 && super::page::wants_html(&req) {
+                let challenge = out
+                    .challenge
+                    .as_ref()
+                    .and_then(|c| c["token"].as_str())
+                    .and_then(rampart_core::challenge::read_challenge);
+                return super::page::page(
+                    status,
+                    Some(out.code.as_str()),
+                    Some(&out.decision_id),
+                    challenge,
+                )
+                .finish_with(headers);
+            }
             let mut r =
                 HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN));
-            r.insert_header(("X-Rampart-Decision", out.action.as_str()))
-                .insert_header(("X-Rampart-Code", out.code.as_str()))
-                .insert_header(("X-Rampart-Status", out.status.to_string()))
-                .insert_header(("X-Rampart-Decision-Id", out.decision_id.clone()));
-            if let Some(k) = &out.key_id {
-                r.insert_header(("X-Rampart-Key-Id", k.as_str()));
-            }
-            // A challenged browser's page reads the proof of work from these (or from the body);
-            // a verified solution's clearance comes back as the cookie the proxy passes on.
-            if let Some(c) = &out.challenge {
-                if let (Some(t), Some(d)) = (c["token"].as_str(), c["difficulty"].as_u64()) {
-                    r.insert_header(("X-Rampart-Challenge", t))
-                        .insert_header(("X-Rampart-Challenge-Difficulty", d.to_string()));
-                }
-            }
-            if let Some(t) = out.clearance.as_ref().and_then(|c| c["token"].as_str()) {
-                let ttl = rt.config.raw.challenge.clearance_ttl_ms / 1000;
-                r.insert_header((
-                    "Set-Cookie",
-                    format!(
-                        "{}={t}; Path=/; Max-Age={ttl}; HttpOnly; SameSite=Lax",
-                        rampart_core::challenge::CLEARANCE_COOKIE
-                    ),
-                ));
-            }
-            if let Some(ms) = out.retry_after_ms.filter(|_| status == 429) {
-                r.insert_header(("Retry-After", ms.div_ceil(1000).max(1).to_string()));
-            }
+            headers(&mut r);
             r.json(out)
         }
         Err(e) => {

@@ -1,4 +1,4 @@
-//! HTTP API, contract v1: `/v1/decide`, `/v1/decide/batch`, `/v1/time`, `/healthz`, `/readyz`,
+//! HTTP API, contract v1: `/v1/decide`, `/v1/decide/batch`, `/v1/authz` (and its page), `/v1/time`, `/healthz`, `/readyz`,
 //! `/metrics`, and the admin endpoints `/admin/v1/decisions/recent`, `/admin/v1/rulesets/current`
 //! and `POST /admin/v1/rulesets` (loopback only until admin auth lands).
 //!
@@ -14,6 +14,7 @@ mod body;
 mod decide;
 mod ops;
 mod outcome;
+mod page;
 
 use crate::error::method_not_allowed;
 use authz::authz;
@@ -25,6 +26,7 @@ pub(crate) use ops::query_endpoint;
 use ops::{healthz, metrics, openapi, readyz, time};
 use outcome::outcome;
 pub(crate) use outcome::Outcome;
+use page::authz_page;
 
 fn get_only(path: &str, route: actix_web::Route) -> actix_web::Resource {
     web::resource(path)
@@ -58,6 +60,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     )
     // Envoy ext_authz (HTTP service) appends the original path to the configured prefix.
     .service(web::resource("/v1/authz/{tail:.*}").to(authz))
+    // The page a proxy shows for a refused browser request (the challenge page).
+    .service(
+        web::resource("/v1/authz-page")
+            .route(web::get().to(authz_page))
+            .route(web::head().to(authz_page))
+            .default_service(web::to(method_not_allowed)),
+    )
     .service(
         web::resource("/v1/outcome")
             .route(web::post().to(outcome))

@@ -201,6 +201,29 @@ op!(
     responses((status = 200, description = "Allow"))
 );
 op!(
+    authz_page_get,
+    get,
+    path = "/v1/authz-page",
+    tag = "decide",
+    params(
+        ("X-Rampart-Status" = Option<u16>, Header, description = "The refused decision's status (400–599; else 403)"),
+        ("X-Rampart-Code" = Option<String>, Header, description = "Its code"),
+        ("X-Rampart-Challenge" = Option<String>, Header, description = "Its challenge token: the page solves it"),
+        ("X-Rampart-Decision-Id" = Option<String>, Header, description = "Shown as a reference")
+    ),
+    responses(
+        (status = 401, description = "The challenge page (HTML), or a refusal page, with the given status", content_type = "text/html"),
+        (status = 403, description = "The same with status 403", content_type = "text/html")
+    )
+);
+op!(
+    authz_page_head,
+    head,
+    path = "/v1/authz-page",
+    tag = "decide",
+    responses((status = 403, description = "As GET, without the body"))
+);
+op!(
     authz_tail,
     get,
     path = "/v1/authz/{tail}",
@@ -740,7 +763,7 @@ impl Modify for Security {
     info(title = "Rampart", description = "Contract v1 and the admin API of the Rampart risk-control engine."),
     paths(
         decide, decide_batch, authz_get, authz_post, authz_put, authz_patch, authz_delete, authz_head,
-        authz_tail, outcome, time, healthz, readyz, metrics, openapi_json, login, logout, session,
+        authz_tail, authz_page_get, authz_page_head, outcome, time, healthz, readyz, metrics, openapi_json, login, logout, session,
         recent, decisions, stats, rulesets, ruleset_upload, ruleset_current, ruleset_get,
         ruleset_diff, ruleset_regress, ruleset_backtest, ruleset_validate, ruleset_trace,
         ruleset_activate, settings_get, rollout_get,
