@@ -177,6 +177,24 @@ def scenarios():
              {"action": "challenge", "rule": "bad-reputation", "tier": "edge"}, category="reputation",
              before=[req("POST", "/api/coupons/claim", {"coupon": "WELCOME10"}, user=f"rep-{i}", device=f"dev-rep-{i}",
                          ip="203.0.113.72") for i in range(9)], interval_ms=500)
+    # Passing the challenge (contract v1.1): the challenged client solves the proof of work and is
+    # let through; its clearance passes later requests; its solution is good once. "{solution}" and
+    # "{clearance}" stand for what the client was last given (rules/samples/README.md).
+    refused = [req("POST", "/api/coupons/claim", {"coupon": "WELCOME10"}, user=f"rep-{i}", device=f"dev-rep-{i}",
+                   ip="203.0.113.73") for i in range(9)]
+    browse = lambda headers=None: req("GET", "/api/search", {"q": "gift"}, query="q=gift", user="farm-y",
+                                      device="dev-rep-y", ip="203.0.113.73", headers=headers)
+    scenario("challenge-solved", "a challenged client sends its request again with the solved proof of work",
+             browse({"x-rampart-solution": "{solution}"}), {"action": "allow", "code": "OK"},
+             category="challenge", kind="benign", before=refused + [browse()], interval_ms=500)
+    scenario("challenge-cleared", "a client that solved the challenge comes back with its clearance",
+             browse({"x-rampart-clearance": "{clearance}"}), {"action": "allow", "code": "OK"},
+             category="challenge", kind="benign",
+             before=refused + [browse(), browse({"x-rampart-solution": "{solution}"})], interval_ms=500)
+    scenario("challenge-solution-reused", "a solved proof of work sent a second time",
+             browse({"x-rampart-solution": "{solution}"}), deny("CHALLENGE_FAILED", "challenge"),
+             category="challenge", before=refused + [browse(), browse({"x-rampart-solution": "{solution}"})],
+             interval_ms=500)
     # Tampered business values.
     scenario("negative-amount", "a payment with a negative amount",
              req("POST", "/api/payments", {"order_id": "o-2", "amount": -100, "currency": "EUR"}, user="u-6"),

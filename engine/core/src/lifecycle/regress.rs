@@ -576,17 +576,25 @@ impl World {
             Arc::new(ExactNonceStore::new(2 * WINDOW_MS, 1 << 20)),
             Arc::new(LocalFingerprintStore::new(1 << 20)),
             Arc::new(LiveRules::from_arc(self.set.clone())),
-        );
+        )
+        .with_challenge(crate::challenge::ChallengeConfig {
+            keys: vec![SAMPLE_CHALLENGE_KEY],
+            ..Default::default()
+        });
         let mut now = CLOCK_START_MS;
         let mut seq = 0u64;
         let mut trace = None;
+        // What the client holds: the last challenge it was given, the last clearance it earned.
+        let mut held = Held::default();
         let mut decide =
             |r: &DecideRequest, now: i64, signed: Option<&DecideRequest>, traced: bool| {
                 let prepared = match signed {
                     Some(p) => p.clone(),
                     None => {
                         seq += 1;
-                        prepare(r, sample.sign, now, seq)
+                        let mut p = prepare(r, sample.sign, now, seq);
+                        held.fill(&mut p);
+                        p
                     }
                 };
                 let v = if traced {
@@ -597,6 +605,9 @@ impl World {
                 } else {
                     engine.decide(&prepared, now)
                 };
+                if let Ok(v) = &v {
+                    held.learn(v);
+                }
                 (prepared, v)
             };
         for r in &sample.before {
@@ -650,6 +661,49 @@ impl World {
             correct,
         };
         (result, trace)
+    }
+}
+
+/// The proof-of-work key of the runner's engine (samples are judged by one engine each).
+const SAMPLE_CHALLENGE_KEY: [u8; 32] = *b"rampart-samples-challenge-key-01";
+
+/// Header value that stands for the solution of the last challenge the sample's client was given.
+pub const SOLUTION_PLACEHOLDER: &str = "{solution}";
+/// Header value that stands for the last clearance the sample's client earned.
+pub const CLEARANCE_PLACEHOLDER: &str = "{clearance}";
+
+/// A sample's client between its requests: what it was given to pass challenges.
+#[derive(Default)]
+struct Held {
+    /// The solution of the last challenge (solved as a client would: the smallest counter).
+    solution: Option<String>,
+    clearance: Option<String>,
+}
+
+impl Held {
+    fn learn(&mut self, v: &Verdict) {
+        if let Some(c) = &v.challenge {
+            let counter = crate::challenge::solve(&c.token, c.difficulty);
+            self.solution = Some(format!("{}:{counter}", c.token));
+        }
+        if let Some(c) = &v.clearance {
+            self.clearance = Some(c.token.clone());
+        }
+    }
+
+    /// Replaces the placeholders in header values (a placeholder with nothing held yet stays as
+    /// it is, and is refused as malformed like any other bad token).
+    fn fill(&self, r: &mut DecideRequest) {
+        for v in r.request.headers.values_mut() {
+            let held = match v.as_str() {
+                SOLUTION_PLACEHOLDER => &self.solution,
+                CLEARANCE_PLACEHOLDER => &self.clearance,
+                _ => continue,
+            };
+            if let Some(h) = held {
+                v.clone_from(h);
+            }
+        }
     }
 }
 
