@@ -293,6 +293,12 @@ impl Metrics {
             "Nonce and fingerprint writes sent again after no answer (they recognise their own first run)",
             redis.resent.clone(),
         );
+        registry.register(
+            "redis_refusals_cached",
+            "Rate-limit checks refused from a remembered refusal, without a Redis call (a key over \
+             its limit until its retry-after ends)",
+            redis.refusals_cached.clone(),
+        );
         let redis_up = Gauge::default();
         registry.register(
             "redis_up",

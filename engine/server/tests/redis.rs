@@ -48,6 +48,12 @@ fn rules(dir: &Path) -> PathBuf {
     );
     rule(
         &r,
+        "edge/ip-flood.rhai",
+        "//! routes: /api/edge-rate\n",
+        r#"if !rate_limit_ip(req, 2, 2) { deny("RATE_LIMITED", "ip flood") }"#,
+    );
+    rule(
+        &r,
         "business/orders.rhai",
         "//! routes: /api/orders\n",
         r#"if count("orders:" + req.user, 60000) > 3 { deny("too many orders") }"#,
@@ -349,6 +355,104 @@ fn anti_replay_core_in_one_script(redis: &RedisServer, e: &Engine, tag: &str) {
     );
 }
 
+/// A counter of the engine's `/metrics`.
+fn metric(e: &Engine, name: &str) -> u64 {
+    e.metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+        .unwrap_or(0.0) as u64
+}
+
+/// Every command Redis runs while `f` runs, as `redis-cli MONITOR` prints them (those a script
+/// runs included, marked `lua`).
+fn monitored(redis: &RedisServer, f: impl FnOnce()) -> Vec<String> {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &redis.port.to_string(), "MONITOR"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("redis-cli MONITOR");
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let reader = std::thread::spawn(move || out.lines().map_while(Result::ok).collect::<Vec<_>>());
+    // MONITOR answers OK once it is on; a PING marks that point.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    f();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let _ = child.kill();
+    let _ = child.wait();
+    reader.join().unwrap()
+}
+
+/// A flood over a rate limit: the key's refusal is remembered until its retry-after ends, so the
+/// refused requests cost Redis no rate-limit call (the gateway's refusals still pay the anti-replay
+/// core's one script and the detached reputation writes; the edge's pay nothing at all). The
+/// answers stay those Redis would give.
+fn refused_floods_cost_redis_no_limit_call(redis: &RedisServer, e: &Engine, tag: &str) {
+    let user = fresh("flood-user");
+    let cached_before = metric(e, "rampart_redis_refusals_cached_total");
+    let (mut ok, mut limited) = (0u64, 0u64);
+    let seen = monitored(redis, || {
+        for i in 0..100 {
+            let c = call("/api/rate", &format!("{{\"f\":{i}}}"), &user, fresh(tag));
+            let v = e.decide(&c.json()).1;
+            match code(&v) {
+                "OK" => ok += 1,
+                "RATE_LIMITED" => {
+                    limited += 1;
+                    assert!(v["retry_after_ms"].as_u64().unwrap_or(0) > 0, "{v}");
+                }
+                other => panic!("unexpected {other}: {v}"),
+            }
+        }
+    });
+    let limit_calls = seen
+        .iter()
+        .filter(|l| l.contains("\"EVALSHA\"") && l.contains(&format!("\"rampart:g:user:{user}\"")))
+        .count() as u64;
+    let cached = metric(e, "rampart_redis_refusals_cached_total") - cached_before;
+    eprintln!("gateway flood: {ok} allowed, {limited} refused, {limit_calls} rate-limit calls");
+    assert!(ok >= 5 && limited > 50, "{ok} allowed, {limited} limited");
+    // A GCRA call for each allowed request, and for the first refusal after each remembered one
+    // ended (at most one per allowed request, plus the first).
+    assert!(
+        limit_calls <= 2 * ok + 1,
+        "{limit_calls} rate-limit calls for {ok} allowed and {limited} refused"
+    );
+    assert_eq!(
+        limit_calls + cached,
+        100,
+        "every check was a call or a remembered refusal"
+    );
+
+    // The edge's IP limit runs before the nonce step: a remembered refusal there costs nothing.
+    let mut edge_limited = 0;
+    let seen = monitored(redis, || {
+        for i in 0..60 {
+            let c = call(
+                "/api/edge-rate",
+                &format!("{{\"e\":{i}}}"),
+                &user,
+                fresh(tag),
+            );
+            if code(&e.decide(&c.json()).1) == "RATE_LIMITED" {
+                edge_limited += 1;
+            }
+        }
+    });
+    // Scripts the engine sent (not the control plane's polling or the fill sampling, which
+    // MONITOR shows too).
+    let commands = seen.iter().filter(|l| l.contains("\"EVALSHA\"")).count();
+    let edge_ok = 60 - edge_limited;
+    eprintln!("edge flood: {edge_ok} allowed, {edge_limited} refused, {commands} scripts");
+    assert!(edge_limited > 40, "{edge_limited}");
+    // Per allowed request: its GCRA and its anti-replay script; per refusal not remembered: its
+    // GCRA; per remembered refusal: nothing.
+    assert!(
+        commands <= 3 * edge_ok + 1,
+        "{commands} scripts for {edge_ok} allowed and {edge_limited} refused: {seen:#?}"
+    );
+}
+
 fn fleet(dir: &Path, n: usize, name: &str, state: &str) -> Vec<Engine> {
     let rules = rules(dir);
     (0..n)
@@ -479,6 +583,7 @@ fn single_node_three_instances_act_as_one() {
     );
     suite(&bloom, "sb");
     anti_replay_core_in_one_script(&redis, &bloom[0], "sb-one");
+    refused_floods_cost_redis_no_limit_call(&redis, &bloom[0], "sb-flood");
     window_reads_match_the_in_process_limiter(node_settings(&url));
     // A whole batch on one worker (each item makes several Redis calls on that worker's thread).
     let items: Vec<Value> = (0..100)

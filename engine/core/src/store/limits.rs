@@ -118,6 +118,83 @@ pub fn window_estimate(stored: Option<StoredWindow>, now_ms: i64, window_ms: i64
     (prev as f64 * (1.0 - elapsed)).round() as i64 + cur
 }
 
+/// Keys a shared store refused, remembered until their refusal ends so that the store is not asked
+/// again meanwhile (envoyproxy/ratelimit's and Upstash's "over limit" cache).
+///
+/// Exact for GCRA: a refused request changes nothing (only an allowed one moves `tat`, and only
+/// later), so until `now + retry_after` the store could only refuse again. Requests allowed on
+/// other instances meanwhile move `tat` further: the cache then ends before the store's refusal
+/// would, and the store is asked again, so it never refuses what the store would allow, nor the
+/// reverse. An entry is keyed by the limit's key and holds the rate and burst it was refused
+/// for: the same key under another limit asks the store. Bounded: past `max_entries` a refusal
+/// is not remembered; expired entries are purged by [`RefusalCache::purge`].
+pub struct RefusalCache {
+    entries: ShardedMap<Refused>,
+    hits: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Refused {
+    rate_bits: u64,
+    burst: u32,
+    until_ms: i64,
+}
+
+impl RefusalCache {
+    pub fn new(max_entries: usize) -> Self {
+        RefusalCache {
+            entries: ShardedMap::new(max_entries),
+            hits: Default::default(),
+        }
+    }
+
+    /// The refusal of `key` under this limit when one is remembered and still running.
+    pub fn check(&self, key: &str, now_ms: i64, rate_per_sec: f64, burst: u32) -> Option<Gcra> {
+        let until = self.entries.update(key, |r| {
+            (r.rate_bits == rate_per_sec.to_bits() && r.burst == burst && r.until_ms > now_ms)
+                .then_some(r.until_ms)
+        })??;
+        self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(Gcra {
+            allowed: false,
+            retry_after_ms: (until - now_ms) as u64,
+        })
+    }
+
+    /// Remembers the store's answer: a refusal until `now + retry_after_ms` (an allowed answer
+    /// remembers nothing).
+    pub fn remember(&self, key: &str, now_ms: i64, rate_per_sec: f64, burst: u32, answer: Gcra) {
+        if answer.allowed || answer.retry_after_ms == 0 {
+            return;
+        }
+        let refused = Refused {
+            rate_bits: rate_per_sec.to_bits(),
+            burst,
+            until_ms: now_ms.saturating_add(answer.retry_after_ms.min(i64::MAX as u64) as i64),
+        };
+        // At capacity the refusal is simply not remembered: the store answers next time.
+        let _ = self.entries.upsert(key, || refused, |r| *r = refused);
+    }
+
+    /// Drops the refusals that ended.
+    pub fn purge(&self, now_ms: i64) {
+        self.entries.purge(now_ms, |r| r.until_ms > now_ms);
+    }
+
+    /// Requests answered from the cache so far.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// In-process limiter state, sharded by key.
 pub struct LocalLimiter {
     cells: ShardedMap<Cell>,
@@ -299,6 +376,58 @@ mod tests {
             }
         }
         assert!((500..=505).contains(&allowed), "{allowed}");
+    }
+
+    /// The cache answers exactly what the store would: every request a local GCRA refuses while
+    /// a remembered refusal runs is one the cache refuses too, with the same `retry_after`, and
+    /// the first request the store would allow again is asked of the store.
+    #[test]
+    fn remembered_refusals_answer_what_the_store_would() {
+        let store = LocalLimiter::new(100);
+        let cache = RefusalCache::new(100);
+        let (rate, burst) = (10.0, 3);
+        let mut asked = 0;
+        for now in (0..3_000).step_by(7) {
+            let cached = cache.check("k", now, rate, burst);
+            let truth = store.gcra("k", now, rate, burst).unwrap();
+            match cached {
+                Some(c) => assert_eq!(c, truth, "at {now}"),
+                None => {
+                    asked += 1;
+                    cache.remember("k", now, rate, burst, truth);
+                }
+            }
+        }
+        // 429 requests; the store was asked for the allowed ones and one refusal each time.
+        assert!(asked < 80, "asked the store {asked} times");
+        assert!(cache.hits() > 340);
+        // Another limit on the same key is not answered from this one's refusal.
+        let _ = store.gcra("k", 3_000, rate, burst);
+        cache.remember(
+            "k",
+            3_000,
+            rate,
+            burst,
+            Gcra {
+                allowed: false,
+                retry_after_ms: 50,
+            },
+        );
+        assert!(cache.check("k", 3_010, rate, burst).is_some());
+        assert!(cache.check("k", 3_010, 20.0, burst).is_none());
+        assert!(cache.check("k", 3_010, rate, 4).is_none());
+        assert!(cache.check("k", 3_050, rate, burst).is_none(), "ended");
+        cache.purge(i64::MAX / 2);
+        // Bounded: past its size a refusal is not remembered.
+        let small = RefusalCache::new(1);
+        let no = Gcra {
+            allowed: false,
+            retry_after_ms: 100,
+        };
+        small.remember("a", 0, rate, burst, no);
+        small.remember("b", 0, rate, burst, no);
+        assert!(small.check("a", 1, rate, burst).is_some());
+        assert!(small.check("b", 1, rate, burst).is_none());
     }
 
     #[test]

@@ -231,6 +231,8 @@ pub struct RedisCounters {
     pub fast_failures: Counter,
     /// Idempotent calls sent again after getting no answer.
     pub resent: Counter,
+    /// Rate-limit checks answered by a remembered refusal instead of a call.
+    pub refusals_cached: Counter,
 }
 
 /// Consecutive failures and the cool-down they trigger (shared with detached writes).
@@ -446,6 +448,11 @@ impl Redis {
 
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// The client's counters (exported as metrics).
+    pub fn counters(&self) -> &RedisCounters {
+        &self.health.counters
     }
 
     /// Whether this is a Redis Cluster (keys of different slots cannot share a script).

@@ -22,7 +22,9 @@ use rampart_core::replay::bloom::SlicedBloomConfig;
 use rampart_core::replay::fingerprint::FingerprintStore;
 use rampart_core::replay::nonce::{Combined, NonceStats, NonceStore, NonceVerdict, Then};
 use rampart_core::store::hll::DistinctStore;
-use rampart_core::store::limits::{window_estimate, Gcra, LimiterStore, StoredWindow};
+use rampart_core::store::limits::{
+    window_estimate, Gcra, LimiterStore, RefusalCache, StoredWindow,
+};
 use rampart_core::store::quota::{Claim, QuotaStore};
 use rampart_core::store::StoreError;
 use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64, xxh3_64_with_seed};
@@ -619,11 +621,19 @@ impl FingerprintStore for RedisFingerprints {
 
 pub struct RedisLimiter {
     redis: Arc<Redis>,
+    /// Keys over their limit until their refusal ends: refused without a call meanwhile.
+    refusals: RefusalCache,
 }
+
+/// Most refusals remembered at once (≈ 100 bytes each).
+const REFUSALS_CACHED: usize = 100_000;
 
 impl RedisLimiter {
     pub fn new(redis: Arc<Redis>) -> Self {
-        RedisLimiter { redis }
+        RedisLimiter {
+            redis,
+            refusals: RefusalCache::new(REFUSALS_CACHED),
+        }
     }
 
     fn window_key(&self, key: &str) -> String {
@@ -679,21 +689,28 @@ impl LimiterStore for RedisLimiter {
                 "rate_limit needs a positive rate and a burst of at least 1",
             ));
         }
+        if let Some(refused) = self.refusals.check(key, now_ms, rate_per_sec, burst) {
+            self.redis.counters().refusals_cached.inc();
+            return Ok(refused);
+        }
         let t = 1000.0 / rate_per_sec;
         let tau = t * burst as f64;
-        let key = format!("{}:g:{}", self.redis.prefix(), key_part(key));
+        let stored = format!("{}:g:{}", self.redis.prefix(), key_part(key));
         let (allowed, retry): (i64, i64) = self.redis.call(move |c| {
             scripts::GCRA
-                .key(&key)
+                .key(&stored)
                 .arg(now_ms)
                 .arg(t)
                 .arg(tau)
                 .invoke(c)
         })?;
-        Ok(Gcra {
+        let answer = Gcra {
             allowed: allowed == 1,
             retry_after_ms: retry.max(0) as u64,
-        })
+        };
+        self.refusals
+            .remember(key, now_ms, rate_per_sec, burst, answer);
+        Ok(answer)
     }
 
     fn incr(&self, key: &str, now_ms: i64, window_ms: i64, n: i64) -> Result<i64, StoreError> {
@@ -751,7 +768,9 @@ impl LimiterStore for RedisLimiter {
         });
     }
 
-    fn maintain(&self, _now_ms: i64) {}
+    fn maintain(&self, now_ms: i64) {
+        self.refusals.purge(now_ms);
+    }
 
     fn len(&self) -> usize {
         0
