@@ -19,7 +19,21 @@ dist=admin-ui/dist
 hash=$(find admin-ui -type f -not -path 'admin-ui/dist/*' -not -path 'admin-ui/target/*' -not -path 'admin-ui/e2e/*' -print0 \
   | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 
+# Every file also gzipped beside it (x.wasm.gz), for the engine to embed and serve to clients that
+# accept gzip: chosen at build time, so no request pays for compression. gzip -n: no name or time
+# in the header, so the same file gives the same bytes.
+precompress() {
+  for f in "$dist"/*; do
+    case "$f" in *.gz) continue ;; esac
+    [ -f "$f" ] || continue
+    if [ ! -f "$f.gz" ] || [ "$f" -nt "$f.gz" ]; then
+      gzip -9 -n -k -f "$f"
+    fi
+  done
+}
+
 if [ -z "${CONSOLE_FORCE:-}" ] && [ -f "$dist/.build-hash" ] && [ "$(cat "$dist/.build-hash")" = "$hash" ]; then
+  precompress
   echo "console: up to date ($hash)"
   exit 0
 fi
@@ -28,6 +42,7 @@ if [ -z "${CONSOLE_FORCE:-}" ] && [ -f "$cache/$hash/index.html" ]; then
   mkdir -p "$dist"
   cp -p "$cache/$hash"/* "$dist"/
   echo "$hash" > "$dist/.build-hash"
+  precompress
   echo "console: unchanged since a cached build ($hash), copied"
   exit 0
 fi
@@ -52,8 +67,12 @@ echo "console: building ($hash)"
 # --offline: trunk must not try to download tools; it uses the ones installed above.
 (cd admin-ui && trunk build --offline --release)
 echo "$hash" > "$dist/.build-hash"
+precompress
 mkdir -p "$cache/$hash"
 cp -p "$dist"/* "$cache/$hash"/
 # Keep the five newest builds.
 ls -1dt "$cache"/*/ 2>/dev/null | tail -n +6 | xargs -r rm -rf
 du -sh "$dist" | awk '{ print "console: built, " $1 " in admin-ui/dist" }'
+for w in "$dist"/*.wasm; do
+  echo "console: $(basename "$w"): $(stat -c %s "$w") bytes, $(stat -c %s "$w.gz") gzipped"
+done

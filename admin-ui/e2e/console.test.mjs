@@ -184,6 +184,12 @@ test("the console is served with its security headers and only when built", asyn
   assert.ok(wasm, "index.html names the wasm module");
   const w = await fetch(base + "/console/" + wasm[1]);
   assert.equal(w.headers.get("content-type"), "application/wasm");
+  // Precompressed at build time (scripts/console.sh), sent to clients that take gzip.
+  assert.equal(w.headers.get("content-encoding"), "gzip");
+  assert.match(w.headers.get("vary") || "", /accept-encoding/i);
+  const plain = await fetch(base + "/console/" + wasm[1], { headers: { "accept-encoding": "identity" } });
+  assert.equal(plain.headers.get("content-encoding"), null);
+  assert.deepEqual(Buffer.from(await plain.arrayBuffer()), Buffer.from(await w.arrayBuffer()));
   assert.match(w.headers.get("cache-control"), /immutable/);
   const missing = await fetch(base + "/console/nope.js");
   assert.equal(missing.status, 404);

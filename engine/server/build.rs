@@ -101,13 +101,26 @@ fn console_assets(dist: &Path) -> String {
         walk(&dist, &dist, &mut files);
     }
     let mut code = String::from(
-        "/// The console's files: (path relative to `dist/`, content type, bytes).\n\
-         pub static CONSOLE_FILES: &[(&str, &str, &[u8])] = &[\n",
+        "/// A console file: path relative to `dist/`, content type, bytes, the bytes gzipped \
+         when smaller.\n\
+         pub type ConsoleFile = (&'static str, &'static str, &'static [u8], Option<&'static [u8]>);\n\
+         /// The console's files.\n\
+         pub static CONSOLE_FILES: &[ConsoleFile] = &[\n",
     );
-    for (rel, path) in &files {
+    for (rel, path) in files.iter().filter(|(rel, _)| !rel.ends_with(".gz")) {
+        // The gzipped twin `scripts/console.sh` writes, when it is not older than the file (a
+        // stale one would serve other bytes) and actually smaller.
+        let gz = PathBuf::from(format!("{}.gz", path.display()));
+        let size = |p: &Path| std::fs::metadata(p).ok();
+        let gz = match (size(path), size(&gz)) {
+            (Some(f), Some(g)) if g.len() < f.len() && g.modified().ok() >= f.modified().ok() => {
+                format!("Some(include_bytes!({:?}))", gz.display().to_string())
+            }
+            _ => "None".into(),
+        };
         let _ = writeln!(
             code,
-            "    ({rel:?}, {:?}, include_bytes!({:?})),",
+            "    ({rel:?}, {:?}, include_bytes!({:?}), {gz}),",
             console_files::mime(rel),
             path.display().to_string()
         );

@@ -81,12 +81,32 @@ fn secured(mut b: actix_web::HttpResponseBuilder) -> actix_web::HttpResponseBuil
     b
 }
 
-async fn index() -> HttpResponse {
-    file("index.html")
+async fn index(req: actix_web::HttpRequest) -> HttpResponse {
+    file("index.html", accepts_gzip(&req))
 }
 
-async fn asset(path: web::Path<String>) -> HttpResponse {
-    file(&path)
+async fn asset(req: actix_web::HttpRequest, path: web::Path<String>) -> HttpResponse {
+    file(&path, accepts_gzip(&req))
+}
+
+/// Whether the client takes `Content-Encoding: gzip` (`Accept-Encoding` names it without
+/// `q=0`).
+fn accepts_gzip(req: &actix_web::HttpRequest) -> bool {
+    req.headers()
+        .get_all(header::ACCEPT_ENCODING)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|part| {
+            let mut it = part.split(';');
+            let name = it.next().unwrap_or("").trim();
+            let refused = it.any(|p| {
+                p.trim()
+                    .strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f32>().ok())
+                    == Some(0.0)
+            });
+            (name.eq_ignore_ascii_case("gzip") || name == "*") && !refused
+        })
 }
 
 async fn redirect() -> HttpResponse {
@@ -95,31 +115,56 @@ async fn redirect() -> HttpResponse {
         .finish()
 }
 
-fn file(name: &str) -> HttpResponse {
+fn file(name: &str, gzip: bool) -> HttpResponse {
     use actix_web::web::Bytes;
     let found = match dev_dir() {
         // `{file}` never holds a `/`; hidden files (the build hash) are not served.
-        Some(d) if !name.starts_with('.') => std::fs::read(d.join(name))
-            .ok()
-            .map(|b| (name, crate::console::files::mime(name), Bytes::from(b))),
+        Some(d) if !name.starts_with('.') && !name.ends_with(".gz") => {
+            std::fs::read(d.join(name)).ok().map(|b| {
+                (
+                    name,
+                    crate::console::files::mime(name),
+                    Bytes::from(b),
+                    None,
+                )
+            })
+        }
         Some(_) => None,
         None => assets::CONSOLE_FILES
             .iter()
-            .find(|(n, _, _)| *n == name)
-            .map(|(n, m, b)| (*n, (*m).into(), Bytes::from_static(b))),
+            .find(|(n, _, _, _)| *n == name)
+            .map(|(n, m, b, gz)| {
+                (
+                    *n,
+                    (*m).into(),
+                    Bytes::from_static(b),
+                    gz.map(Bytes::from_static),
+                )
+            }),
     };
     match found {
-        Some((n, mime, bytes)) => {
+        Some((n, mime, bytes, gz)) => {
             // trunk names every asset but index.html after its content hash.
             let cache = if n == "index.html" {
                 "no-cache"
             } else {
                 "public, max-age=31536000, immutable"
             };
-            secured(HttpResponse::Ok())
-                .content_type(mime.as_ref())
-                .insert_header((header::CACHE_CONTROL, cache))
-                .body(bytes)
+            let mut r = secured(HttpResponse::Ok());
+            r.content_type(mime.as_ref())
+                .insert_header((header::CACHE_CONTROL, cache));
+            // Compressed when the build made a smaller twin (scripts/console.sh); caches keep
+            // both forms apart.
+            if gz.is_some() {
+                r.insert_header((header::VARY, "Accept-Encoding"));
+            }
+            match gz.filter(|_| gzip) {
+                Some(z) => {
+                    r.insert_header((header::CONTENT_ENCODING, "gzip"));
+                    r.body(z)
+                }
+                None => r.body(bytes),
+            }
         }
         None if !built() && dev_dir().is_none() => secured(HttpResponse::NotFound())
             .content_type("text/plain; charset=utf-8")
