@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use rampart::redis_state::{Redis, RedisCounters, RedisLimiter, RedisSettings};
 use rampart_core::store::limits::{LimiterStore, LocalLimiter};
 use serde_json::Value;
-use support::{nonce, now_ms, temp_dir, Call, Engine, RedisCluster, RedisServer};
+use support::{agent, nonce, now_ms, temp_dir, Call, Engine, RedisCluster, RedisServer};
 
 const SECRET: &str = "redis-test-secret";
 /// The window of the test app: small, so the window-edge test waits little.
@@ -1067,5 +1067,60 @@ fn a_nonce_write_whose_answer_came_late_is_not_judged_a_replay_of_itself() {
                 .any(|l| l.starts_with("rampart_redis_resent_total ") && !l.ends_with(" 0")),
             "{metrics}"
         );
+    }
+}
+
+/// A paused Redis parks decisions, not the HTTP workers: while 40 decisions wait on Redis
+/// (`CLIENT PAUSE`), `/healthz` and `/metrics` answer at once; when Redis resumes, every decision
+/// completes by its policy (here: all allowed, the pause being shorter than the call timeout).
+/// With `decision_threads = 0` (each decision on its worker, eight workers per core) the probe
+/// waited until Redis resumed.
+#[test]
+fn a_paused_redis_parks_decisions_never_the_workers() {
+    let redis = RedisServer::start();
+    let dir = temp_dir("redis-paused");
+    let rules = rules(&dir);
+    let e = Engine::start(
+        &dir,
+        "paused",
+        &config(
+            &rules,
+            &format!("redis_url = \"{}\"\nredis_timeout_ms = 4000\n", redis.url()),
+        ),
+    );
+    let c = call("/api/x", "{\"warm\":1}", "u-paused", fresh("paused"));
+    assert_eq!(code(&e.decide(&c.json()).1), "OK");
+    assert_eq!(redis.cli(&["CLIENT", "PAUSE", "2500", "ALL"]), "OK");
+    let done = std::sync::Arc::new(AtomicU64::new(0));
+    let base = e.base.clone();
+    let waiting: Vec<_> = (0..40)
+        .map(|i| {
+            let (done, base) = (done.clone(), base.clone());
+            let body = call(
+                "/api/x",
+                &format!("{{\"p\":{i}}}"),
+                "u-paused",
+                fresh("paused"),
+            )
+            .json();
+            std::thread::spawn(move || {
+                let (status, v) = support::post(&format!("{base}/v1/decide"), &body);
+                done.fetch_add(1, Ordering::SeqCst);
+                (status, code(&v).to_string())
+            })
+        })
+        .collect();
+    // Let every decision reach Redis, then probe the API while they wait.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let health = agent().get(&format!("{base}/healthz")).call();
+    let finished_by_then = done.load(Ordering::SeqCst);
+    assert!(health.is_ok_and(|r| r.status() == 200));
+    assert!(e.metrics().contains("rampart_decisions_total"));
+    assert_eq!(
+        finished_by_then, 0,
+        "the probe answered while every decision still waited"
+    );
+    for w in waiting {
+        assert_eq!(w.join().unwrap(), (200, "OK".to_string()));
     }
 }

@@ -208,9 +208,14 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
         .map(|n| n.get())
         .unwrap_or(1);
     let workers = match v.raw.server.workers {
-        // A decision with Redis state parks its worker during each round trip, so more workers
-        // than cores keep the cores busy.
-        0 if v.raw.state.backend == crate::config::Backend::Redis => cores * 8,
+        // With Redis state, decisions wait on Redis on a pool of their own
+        // (`[state] decision_threads`); without it each round trip parks its worker, so more
+        // workers than cores keep the cores busy.
+        0 if v.raw.state.backend == crate::config::Backend::Redis
+            && v.raw.state.decision_threads == 0 =>
+        {
+            cores * 8
+        }
         0 => cores,
         n => n,
     };

@@ -57,8 +57,12 @@ pub struct StateConfig {
     /// Bound on connecting (and on waiting for the first connection at start).
     pub redis_connect_timeout_ms: u64,
     /// Multiplexed connections (per node) of the detached writes; the decision path uses one
-    /// blocking connection per worker thread.
+    /// blocking connection per thread that decides.
     pub redis_connections: usize,
+    /// With Redis state: at most this many decisions wait on Redis at once, each on a thread of
+    /// a pool apart from the HTTP workers, so a slow Redis parks decisions, never the workers
+    /// (`/healthz`, `/metrics` and the admin API keep answering). 0 = decide on the HTTP worker.
+    pub decision_threads: usize,
     /// Bitmaps per Bloom time slice in Redis (spreads a slice over cluster nodes).
     pub bloom_shards: u32,
     /// Stock segments per quota pool; 0 = 1 on a single node, 8 on a cluster.
@@ -105,6 +109,7 @@ impl Default for StateConfig {
             redis_timeout_ms: 200,
             redis_connect_timeout_ms: 2_000,
             redis_connections: 1,
+            decision_threads: 64,
             bloom_shards: 16,
             quota_segments: 0,
             clock_margin_ms: 1_000,
@@ -204,6 +209,9 @@ impl StateConfig {
             // A call blocks its worker for up to this long.
             if !(1..=5_000).contains(&st.redis_timeout_ms) {
                 errs.push("state.redis_timeout_ms must be between 1 and 5000".into());
+            }
+            if st.decision_threads > 4_096 {
+                errs.push("state.decision_threads must be between 0 and 4096".into());
             }
             if !(1..=600_000).contains(&st.redis_connect_timeout_ms) {
                 errs.push("state.redis_connect_timeout_ms must be between 1 and 600000".into());

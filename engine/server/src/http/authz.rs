@@ -34,9 +34,13 @@ pub(super) fn authz_request(
 /// decision in `X-Rampart-*` headers (and the body).
 pub(super) async fn authz(rt: web::Data<Runtime>, req: HttpRequest) -> HttpResponse {
     let started = Instant::now();
-    let answer = authz_request(&req, &rt.proxy_trust)
-        .inspect_err(|e| rt.metrics.api_error(e.code))
-        .and_then(|d| judge(&rt, d, started));
+    let answer = match authz_request(&req, &rt.proxy_trust) {
+        Ok(d) => super::decide::judge_offloaded(&rt, move |rt| judge(rt, d, started)).await,
+        Err(e) => {
+            rt.metrics.api_error(e.code);
+            Err(e)
+        }
+    };
     match answer {
         Ok(out) => {
             let status = if out.action == rampart_core::Action::Allow {

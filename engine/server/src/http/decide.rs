@@ -56,6 +56,31 @@ pub struct RulesetRef {
 
 /// Judges one parsed request, records metrics and the decision log row (which takes the request's
 /// strings: it is not needed afterwards).
+/// [`judge`] where the decision may wait on Redis: on a pool thread apart from the HTTP workers
+/// once a permit is free (`[state] decision_threads`), so a slow Redis parks decisions, never the
+/// workers; on the calling worker otherwise. `started` is taken before the wait, so a decision's
+/// latency includes it.
+pub(super) async fn judge_offloaded<T: Send + 'static>(
+    rt: &web::Data<Runtime>,
+    work: impl FnOnce(&Runtime) -> T + Send + 'static,
+) -> T {
+    let Some(permits) = rt.offload.clone() else {
+        return work(rt);
+    };
+    // The semaphore is never closed.
+    let permit = permits.acquire_owned().await.ok();
+    let rt = rt.clone().into_inner();
+    match actix_web::rt::task::spawn_blocking(move || {
+        let _permit = permit;
+        work(&rt)
+    })
+    .await
+    {
+        Ok(t) => t,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
 pub(super) fn judge(
     rt: &Runtime,
     req: DecideRequest,
@@ -231,7 +256,7 @@ pub(super) async fn decide(
         rt.metrics.api_error(e.code);
         e
     })?;
-    let out = judge(&rt, parsed, started)?;
+    let out = judge_offloaded(&rt, move |rt| judge(rt, parsed, started)).await?;
     Ok(HttpResponse::Ok().json(out))
 }
 
@@ -266,6 +291,15 @@ pub(super) async fn decide_batch(
             ),
         ));
     }
+    let out = judge_offloaded(&rt, move |rt| judge_items(rt, items)).await;
+    Ok(HttpResponse::Ok().json(out))
+}
+
+/// The answers of a batch's items, in order (an item's error is its answer).
+fn judge_items(
+    rt: &Runtime,
+    items: Vec<Box<serde_json::value::RawValue>>,
+) -> Vec<serde_json::Value> {
     let mut out = Vec::with_capacity(items.len());
     let max_item = rt.limits.max_body_bytes;
     for (i, item) in items.into_iter().enumerate() {
@@ -283,7 +317,7 @@ pub(super) async fn decide_batch(
         } else {
             serde_json::from_str::<DecideRequest>(item.get())
                 .map_err(json_error)
-                .and_then(|r| judge(&rt, r, started))
+                .and_then(|r| judge(rt, r, started))
         };
         out.push(match answer {
             Ok(d) => serde_json::to_value(d).unwrap_or_default(),
@@ -293,5 +327,5 @@ pub(super) async fn decide_batch(
             }
         });
     }
-    Ok(HttpResponse::Ok().json(out))
+    out
 }

@@ -110,6 +110,9 @@ pub struct Runtime {
     /// (`backend = "local"`).
     persist: Option<(persist::Persist, persist::LocalStores)>,
     heartbeat: Mutex<Option<JoinHandle<()>>>,
+    /// With Redis state and `[state] decision_threads` > 0: the permits of the decisions that
+    /// may wait on Redis at once, each on a pool thread apart from the HTTP workers.
+    pub(crate) offload: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// Why the engine could not start.
@@ -367,6 +370,8 @@ impl Runtime {
             body_timeout: Duration::from_millis(s.client_body_timeout_ms),
         };
         let metrics_token = cfg.raw.server.metrics_token().map_err(StartError::Config)?;
+        let offload_permits = (redis.is_some() && cfg.raw.state.decision_threads > 0)
+            .then(|| Arc::new(tokio::sync::Semaphore::new(cfg.raw.state.decision_threads)));
         let rt = Arc::new(Runtime {
             proxy_trust: cfg.raw.server.proxy_trust(),
             metrics_token,
@@ -386,6 +391,7 @@ impl Runtime {
             control,
             persist,
             heartbeat: Mutex::new(None),
+            offload: offload_permits,
         });
         rt.engine.maintain(now_ms());
         rt.import_rules();
