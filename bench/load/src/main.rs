@@ -387,10 +387,10 @@ fn main() -> std::process::ExitCode {
                     .strip_prefix("redis://")
                     .and_then(|a| a.split('/').next())
                     .and_then(|a| a.parse().ok());
-                // A decision waits on Redis round trips: more workers than cores keep the cores
-                // busy (the engine's own default for the Redis backend is 8 per core).
+                // The engine's defaults for the Redis backend: one worker per core, decisions
+                // waiting on Redis on their own pool (`[state] decision_threads`).
                 let cfg = config(
-                    cores * 8,
+                    workers,
                     None,
                     &format!(
                         "{}[state]\nbackend = \"redis\"\nredis_url = \"{url}\"\n",

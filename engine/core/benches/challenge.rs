@@ -47,6 +47,37 @@ fn bench(c: &mut Criterion) {
             ))
         })
     });
+    // What a request without either header pays: one pass over its headers for the two names
+    // (then `challenge_pass` returns). A browser-like request with ten headers.
+    let mut plain = rampart_core::model::JudgedRequest::default();
+    for (k, v) in [
+        (
+            "user-agent",
+            "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 Chrome/148.0 Safari/537.36",
+        ),
+        ("accept", "application/json"),
+        ("accept-language", "de-DE,de;q=0.9,en;q=0.8"),
+        ("accept-encoding", "gzip, deflate, br"),
+        ("content-type", "application/json"),
+        ("cookie", "session=abc123; theme=dark"),
+        ("referer", "https://shop.example/products?page=2"),
+        ("x-timestamp", "1800000000000"),
+        ("x-nonce", "n0nce-0123456789AB"),
+        (
+            "x-signature",
+            "v1=09ba5cee4392c0a5d0e4ba4b3f783a3ab4a46db1412d55c78a1ff25b30142c33",
+        ),
+    ] {
+        plain.headers.insert(k.into(), v.into());
+    }
+    g.bench_function("no challenge headers (every other request)", |b| {
+        b.iter(|| {
+            black_box(black_box(&plain).headers_of([
+                rampart_core::challenge::SOLUTION_HEADER,
+                rampart_core::challenge::CLEARANCE_HEADER,
+            ]))
+        })
+    });
     g.finish();
 }
 
