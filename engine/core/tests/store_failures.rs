@@ -92,6 +92,10 @@ impl LimiterStore for Switch<LocalLimiter> {
         self.check()?;
         self.inner.get(key, now_ms, window_ms)
     }
+    fn reset(&self, key: &str) -> Result<bool, StoreError> {
+        self.check()?;
+        self.inner.reset(key)
+    }
     fn maintain(&self, now_ms: i64) {
         self.inner.maintain(now_ms)
     }

@@ -1330,3 +1330,118 @@ async fn a_refused_browser_page_load_gets_the_page_and_an_api_call_the_json() {
     .await;
     assert_eq!(r.status(), 405);
 }
+
+/// An operator looks up a subject and resets its reputation (local state): the gateway's refusals
+/// have given the client's address, user and device points; the view shows them with the list
+/// entries that cover the address and the last decisions; the reset is audited, needs an author,
+/// and the next refusal starts from nothing.
+#[actix_web::test]
+async fn a_subjects_reputation_is_shown_and_reset_by_an_author() {
+    let dir = temp_dir("subjects-rules");
+    std::fs::create_dir_all(dir.join("gateway")).unwrap();
+    std::fs::write(
+        dir.join("gateway/no-coupons.rhai"),
+        "//! name: no-coupons\n//! priority: 10\n//! owner: t\n//! description: t\n//! routes: /api/coupon/claim\n\
+         deny(\"coupons are closed\")\n",
+    )
+    .unwrap();
+    let rt = runtime(
+        "subjects",
+        &format!("[rules]\ndir = \"{}\"\n", dir.display()),
+    );
+    let app = app!(rt);
+    let send = |req: test::TestRequest| req.to_request();
+    let get = |path: &str, auth: &str| {
+        send(
+            test::TestRequest::get()
+                .uri(path)
+                .insert_header(("authorization", auth.to_string())),
+        )
+    };
+    let now = rampart::clock::now_ms();
+    for i in 0..3 {
+        // Different bodies: the same one would be a duplicate submission before the rules.
+        let mut body = signed(
+            &format!("subject-nonce-{i:08}"),
+            now,
+            &format!("{{\"coupon\":\"X{i}\"}}"),
+        );
+        body["client"]["ip"] = json!("203.0.113.50");
+        body["user_id"] = json!("u-subject");
+        let (st, v) = post(&app, "/v1/decide", body.to_string()).await;
+        assert_eq!((st, v["code"].as_str()), (200, Some("RULE_DENY")), "{v}");
+    }
+    // A block-list entry covering the address.
+    let r = test::call_service(
+        &app,
+        send(
+            test::TestRequest::post()
+                .uri("/admin/v1/lists")
+                .insert_header(("authorization", AUTHOR))
+                .set_payload(
+                    json!({"list": "block", "kind": "ip", "value": "203.0.113.0/24", "note": "t"})
+                        .to_string(),
+                ),
+        ),
+    )
+    .await;
+    assert_eq!(r.status(), 201);
+
+    let r = test::call_service(&app, get("/admin/v1/subjects/ip/203.0.113.50", AUTHOR)).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = test::read_body_json(r).await;
+    assert_eq!(v["reputation"]["points"], 30, "three gateway denials: {v}");
+    assert_eq!(v["lists"][0]["value"], "203.0.113.0/24");
+    assert_eq!(v["decisions"].as_array().map(Vec::len), Some(3), "{v}");
+    let r = test::call_service(&app, get("/admin/v1/subjects/user/u-subject", AUTHOR)).await;
+    let v: Value = test::read_body_json(r).await;
+    assert_eq!(v["reputation"]["points"], 30);
+    assert_eq!(v["lists"], json!([]));
+
+    // Bad input: a 4xx with its code.
+    for (path, code) in [
+        ("/admin/v1/subjects/planet/earth", "INVALID_FIELD"),
+        ("/admin/v1/subjects/ip/not-an-address", "INVALID_FIELD"),
+    ] {
+        let r = test::call_service(&app, get(path, AUTHOR)).await;
+        assert_eq!(r.status(), 400, "{path}");
+        let v: Value = test::read_body_json(r).await;
+        assert_eq!(v["error"]["code"], code);
+    }
+    let r = test::call_service(&app, get("/admin/v1/subjects/ip/203.0.113.50", "")).await;
+    assert_eq!(r.status(), 401);
+
+    // The reset: audited, and the address starts from nothing; the user keeps its points.
+    let reset = |path: &str| {
+        send(
+            test::TestRequest::post()
+                .uri(path)
+                .insert_header(("authorization", AUTHOR)),
+        )
+    };
+    let r = test::call_service(
+        &app,
+        reset("/admin/v1/subjects/ip/203.0.113.50/reputation/reset"),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let v: Value = test::read_body_json(r).await;
+    assert_eq!(v["reputation"]["before"], 30);
+    let r = test::call_service(&app, get("/admin/v1/subjects/ip/203.0.113.50", AUTHOR)).await;
+    let v: Value = test::read_body_json(r).await;
+    assert_eq!(v["reputation"]["points"], 0);
+    let r = test::call_service(&app, get("/admin/v1/subjects/user/u-subject", AUTHOR)).await;
+    let v: Value = test::read_body_json(r).await;
+    assert_eq!(v["reputation"]["points"], 30);
+    let r = test::call_service(&app, get("/admin/v1/audit", AUTHOR)).await;
+    let v: Value = test::read_body_json(r).await;
+    let entries = v["entries"].as_array().cloned().unwrap_or_default();
+    assert!(
+        entries
+            .iter()
+            .any(|e| e["action"] == "subject.reputation.reset"
+                && e["target"] == "ip:203.0.113.50"
+                && e["before"] == "30"),
+        "{v}"
+    );
+}

@@ -1124,3 +1124,54 @@ fn a_paused_redis_parks_decisions_never_the_workers() {
         assert_eq!(w.join().unwrap(), (200, "OK".to_string()));
     }
 }
+
+/// With Redis state a subject's reputation is one for the fleet: the refusals one instance made
+/// show on another, and a reset made on one is read by the other at once.
+#[test]
+fn a_subjects_reputation_is_read_and_reset_across_instances() {
+    let redis = RedisServer::start();
+    let dir = temp_dir("redis-subjects");
+    let fleet = fleet(
+        &dir,
+        2,
+        "subjects",
+        &format!("redis_url = \"{}\"\n", redis.url()),
+    );
+    let user = fresh("subject-user");
+    let mut limited = 0;
+    for i in 0..15 {
+        let c = call(
+            "/api/rate",
+            &format!("{{\"s\":{i}}}"),
+            &user,
+            fresh("subjects"),
+        );
+        if code(&fleet[0].decide(&c.json()).1) == "RATE_LIMITED" {
+            limited += 1;
+        }
+    }
+    assert!(limited >= 5, "{limited}");
+    // Reputation learning is sent without waiting: give it a moment to land.
+    let path = format!("/admin/v1/subjects/user/{user}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let points = loop {
+        let (st, v) = fleet[1].admin_get(&path);
+        assert_eq!(st, 200, "{v}");
+        let p = v["reputation"]["points"].as_i64().unwrap_or(0);
+        if p >= 10 * limited || Instant::now() > deadline {
+            break p;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(points, 10 * limited, "ten points per gateway denial");
+    let (st, v) = fleet[0].admin_post(&format!("{path}/reputation/reset"), &serde_json::json!({}));
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["reputation"]["before"], points);
+    let (_, v) = fleet[1].admin_get(&path);
+    assert_eq!(v["reputation"]["points"], 0, "{v}");
+    let (_, v) = fleet[0].admin_get(&format!("/admin/v1/subjects/ip/{}", "198.51.100.20"));
+    assert!(
+        v["reputation"]["points"].as_i64().unwrap_or(0) > 0,
+        "the address kept its points: {v}"
+    );
+}

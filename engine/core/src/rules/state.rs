@@ -113,6 +113,12 @@ impl RuleState {
             .map(|_| ())
     }
 
+    /// Forgets the reputation of (`kind`, `value`) (an operator's repair): its next decisions
+    /// start from 0. Whether there was any.
+    pub fn reset_reputation(&self, kind: &str, value: &str) -> Result<bool, StoreError> {
+        self.limiter.reset(&Self::reputation_key(kind, value))
+    }
+
     /// The reputation points of (`kind`, `value`) over the window; 0 when unknown.
     pub fn reputation(&self, kind: &str, value: &str, now_ms: i64) -> Result<i64, StoreError> {
         if value.is_empty() {

@@ -54,6 +54,9 @@ pub trait LimiterStore: Send + Sync {
     fn incr_detached(&self, key: &str, now_ms: i64, window_ms: i64, n: i64) {
         let _ = self.incr(key, now_ms, window_ms, n);
     }
+    /// Forgets `key`'s rate limit and sliding window (an operator's repair): the next request
+    /// starts it afresh. Whether anything was there (a shared store may not say: `true`).
+    fn reset(&self, key: &str) -> Result<bool, StoreError>;
     /// Drops state that no longer matters.
     fn maintain(&self, now_ms: i64);
     fn len(&self) -> usize;
@@ -174,6 +177,11 @@ impl RefusalCache {
         };
         // At capacity the refusal is simply not remembered: the store answers next time.
         let _ = self.entries.upsert(key, || refused, |r| *r = refused);
+    }
+
+    /// Forgets `key`'s refusal (its limit was reset).
+    pub fn forget(&self, key: &str) {
+        self.entries.remove(key);
     }
 
     /// Drops the refusals that ended.
@@ -328,6 +336,10 @@ impl LimiterStore for LocalLimiter {
             _ => None,
         };
         Ok(window_estimate(stored, now_ms, window_ms))
+    }
+
+    fn reset(&self, key: &str) -> Result<bool, StoreError> {
+        Ok(self.cells.remove(key))
     }
 
     fn maintain(&self, now_ms: i64) {

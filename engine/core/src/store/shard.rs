@@ -80,6 +80,19 @@ impl<V> ShardedMap<V> {
             .map(|(_, v)| f(v))
     }
 
+    /// Forgets `key`; whether it was there.
+    pub(crate) fn remove(&self, key: &str) -> bool {
+        let (hash, mut table) = self.shard(key);
+        match table.find_entry(hash, |(k, _)| **k == *key) {
+            Ok(entry) => {
+                entry.remove();
+                self.len.fetch_sub(1, Ordering::Relaxed);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Drops the entries `keep` rejects: every shard about once per purge interval, a few shards
     /// per call.
     pub(crate) fn purge(&self, now_ms: i64, mut keep: impl FnMut(&V) -> bool) {

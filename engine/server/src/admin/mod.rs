@@ -1,6 +1,7 @@
 //! The admin API (`/admin/v1/…`): one file per resource — [`session`] (who is calling, login),
 //! [`rulesets`] (versions), [`sandbox`] (regressions, backtests, traces), [`rollout`], [`lists`],
-//! [`audit`], [`settings`], [`keys`] (apps' signing keys), [`decisions`] (the log's read side) —
+//! [`audit`], [`settings`], [`keys`] (apps' signing keys), [`decisions`] (the log's read side),
+//! [`subjects`] (what is remembered about an IP, user, device or JA3, and its repair) —
 //! routed in [`configure`] below.
 //! Every route checks its role first; see `docs/api.md`.
 
@@ -13,6 +14,7 @@ mod rulesets;
 mod sandbox;
 mod session;
 mod settings;
+mod subjects;
 
 use actix_web::{web, HttpRequest};
 
@@ -117,6 +119,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         )
         .service(r("/admin/v1/lists/{id}").route(web::delete().to(lists::remove)))
         .service(r("/admin/v1/audit").route(web::get().to(audit::query)))
+        .service(r("/admin/v1/subjects/{kind}/{value}").route(web::get().to(subjects::get)))
+        .service(
+            r("/admin/v1/subjects/{kind}/{value}/reputation/reset")
+                .route(web::post().to(subjects::reset_reputation)),
+        )
         .service(
             r("/admin/v1/apps/{app}/keys")
                 .route(web::get().to(keys::list))

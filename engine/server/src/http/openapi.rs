@@ -603,6 +603,41 @@ op!(
     )
 );
 op!(
+    subjects_get,
+    get,
+    path = "/admin/v1/subjects/{kind}/{value}",
+    tag = "admin",
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    params(
+        ("kind" = String, Path, description = "ip, user, device or ja3"),
+        ("value" = String, Path, description = "The address, user id, device id or JA3 hash")
+    ),
+    responses(
+        (status = 200, description = "The subject's reputation, the list entries that cover it and its last decisions (a day, 20 at most)"),
+        (status = 400, body = ErrorBody)
+    )
+);
+op!(
+    subjects_reset_reputation,
+    post,
+    path = "/admin/v1/subjects/{kind}/{value}/reputation/reset",
+    tag = "admin",
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    params(("kind" = String, Path), ("value" = String, Path)),
+    responses(
+        (
+            status = 200,
+            description = "Forgotten: the points before, and 0 (audited)"
+        ),
+        (status = 400, body = ErrorBody),
+        (
+            status = 503,
+            description = "The store cannot be reached",
+            body = ErrorBody
+        )
+    )
+);
+op!(
     audit,
     get,
     path = "/admin/v1/audit",
@@ -768,7 +803,7 @@ impl Modify for Security {
         ruleset_diff, ruleset_regress, ruleset_backtest, ruleset_validate, ruleset_trace,
         ruleset_activate, settings_get, rollout_get,
         rollout_stage, rollout_approve, rollout_rollback, lists_get, lists_add, lists_remove,
-        audit, log_level_get, log_level_put, keys_list, keys_add, keys_retire_query, keys_retire,
+        audit, subjects_get, subjects_reset_reputation, log_level_get, log_level_put, keys_list, keys_add, keys_retire_query, keys_retire,
         keys_approve
     ),
     components(schemas(

@@ -65,6 +65,15 @@ pub(crate) async fn query_endpoint(
     let f = web::Query::<crate::declog::query::Filter>::from_query(req.query_string())
         .map_err(|e| ApiError::new(400, "INVALID_QUERY", e.to_string()))?
         .into_inner();
+    Ok(HttpResponse::Ok().json(query_filtered(rt, f, stats).await?))
+}
+
+/// The decisions (or stats, with `stats`) `f` selects, from ClickHouse or the local log.
+pub(crate) async fn query_filtered(
+    rt: web::Data<Runtime>,
+    f: crate::declog::query::Filter,
+    stats: bool,
+) -> Result<serde_json::Value, ApiError> {
     let now = now_ms();
     let dl = &rt.config.raw.decision_log;
     let answer = match &dl.clickhouse_url {
@@ -93,7 +102,7 @@ pub(crate) async fn query_endpoint(
         }
     };
     match answer {
-        Ok(v) => Ok(HttpResponse::Ok().json(v)),
+        Ok(v) => Ok(v),
         Err(crate::declog::query::QueryError::Invalid(m)) => {
             Err(ApiError::new(400, "INVALID_QUERY", m))
         }

@@ -768,6 +768,22 @@ impl LimiterStore for RedisLimiter {
         });
     }
 
+    fn reset(&self, key: &str) -> Result<bool, StoreError> {
+        self.refusals.forget(key);
+        let part = key_part(key);
+        let (g, w) = (
+            format!("{}:g:{part}", self.redis.prefix()),
+            self.window_key(key),
+        );
+        // Two keys of different slots on a cluster: one DEL each.
+        let removed: i64 = self.redis.call(move |c| {
+            let a: i64 = redis::cmd("DEL").arg(&g).query(c)?;
+            let b: i64 = redis::cmd("DEL").arg(&w).query(c)?;
+            Ok(a + b)
+        })?;
+        Ok(removed > 0)
+    }
+
     fn maintain(&self, now_ms: i64) {
         self.refusals.purge(now_ms);
     }
