@@ -16,7 +16,7 @@ import { tmpdir } from "node:os";
 import { join, dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import http from "node:http";
-import net from "node:net";
+import { freePort } from "./support.mjs";
 import { chromium } from "playwright-core";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -32,16 +32,6 @@ let engine, nginx, upstream, browser, dir, site;
 let upstreamHits = 0;
 const consoleErrors = [];
 
-function freePort() {
-  return new Promise((ok, fail) => {
-    const s = net.createServer();
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => ok(port));
-    });
-    s.on("error", fail);
-  });
-}
 
 async function waitFor(url, ms = 30000) {
   const end = Date.now() + ms;

@@ -13,7 +13,7 @@ import { mkdtempSync, mkdirSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import net from "node:net";
+import { freePort } from "./support.mjs";
 import { chromium } from "playwright-core";
 import { headers, sign } from "../../sdk/js/rampart-sign.mjs";
 
@@ -29,16 +29,6 @@ const PASSWORDS = { alice: "alice-pass-1", bob: "bob-pass-2", vera: "vera-pass-3
 let engine, base, browser, dir;
 const consoleErrors = [];
 
-function freePort() {
-  return new Promise((ok, fail) => {
-    const s = net.createServer();
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => ok(port));
-    });
-    s.on("error", fail);
-  });
-}
 
 function hash(password) {
   return execFileSync(BIN, ["hash-password"], { input: password + "\n" }).toString().trim();

@@ -43,12 +43,16 @@ fn rules() -> RuleSet {
 }
 
 fn engine() -> Engine {
+    engine_for(vec![
+        AppPolicy::new("shop", SECRET, 5_000),
+        AppPolicy::new("blog", SECRET, 5_000),
+    ])
+}
+
+fn engine_for(apps: Vec<AppPolicy>) -> Engine {
     Engine::new(
         EngineSettings {
-            apps: vec![
-                AppPolicy::new("shop", SECRET, 5_000),
-                AppPolicy::new("blog", SECRET, 5_000),
-            ],
+            apps,
             routes: vec![],
             default_dedup: DedupPolicy {
                 window_ms: 0,
@@ -347,27 +351,10 @@ fn the_device_id_binds_when_there_is_one() {
 /// header or two), and an app without the setting still refuses unsigned requests.
 #[test]
 fn an_app_that_accepts_unsigned_requests_judges_them_by_the_rules_and_the_challenge_alone() {
-    let e = Engine::new(
-        EngineSettings {
-            apps: vec![
-                AppPolicy::new("web", SECRET, 5_000).accepting_unsigned(true),
-                AppPolicy::new("shop", SECRET, 5_000),
-            ],
-            routes: vec![],
-            default_dedup: DedupPolicy::default(),
-            on_store_error: rampart_core::StorePolicies::all(FailPolicy::Deny),
-            challenge_status: 401,
-        },
-        Arc::new(ExactNonceStore::new(10_000, 1_000_000)),
-        Arc::new(LocalFingerprintStore::new(100_000)),
-        Arc::new(LiveRules::new(rules())),
-    )
-    .with_challenge(ChallengeConfig {
-        keys: vec![[3; 32]],
-        difficulty: 6,
-        seed: 42,
-        ..ChallengeConfig::default()
-    });
+    let e = engine_for(vec![
+        AppPolicy::new("web", SECRET, 5_000).accepting_unsigned(true),
+        AppPolicy::new("shop", SECRET, 5_000),
+    ]);
     let ip = "203.0.113.9";
     let unsigned = |app: &str, path: &str, extra: &[(&str, &str)]| {
         let mut r = request(app, path, ip, "unused-nonce-000001", extra);
