@@ -421,3 +421,31 @@ fn an_app_that_accepts_unsigned_requests_judges_them_by_the_rules_and_the_challe
     elsewhere.client.ip = Some("198.51.100.1".into());
     failed(&e.decide(&elsewhere, NOW + 800).unwrap(), "foreign");
 }
+
+/// A solution or clearance that reaches the rules was verified by its MAC, so the WAF does not
+/// read it as the client's text: scanned, the random MAC and `:<counter>` of 1,563 of 20,000
+/// solutions looked like an SSRF target to the detectors, and the default rules refused a person
+/// who had just solved the challenge (failed before `UNSCANNED_HEADERS` named both headers).
+#[test]
+fn solved_tokens_are_never_mistaken_for_attacks_by_the_waf() {
+    use rampart_core::waf::scan_request;
+    let cfg = ChallengeConfig {
+        keys: vec![[7; 32]],
+        ..ChallengeConfig::default()
+    };
+    for i in 0..20_000i64 {
+        let ch = cfg.issue("shop", "203.0.113.73", 1, NOW + i);
+        let solution = format!("{}:{}", ch.token, solve(&ch.token, 1));
+        let clearance = cfg.clearance("shop", "203.0.113.73", NOW + i).token;
+        for (name, value) in [
+            (SOLUTION_HEADER, solution.as_str()),
+            (CLEARANCE_HEADER, clearance.as_str()),
+        ] {
+            assert_eq!(
+                scan_request("/", "", "", None, [(name, value)].into_iter()),
+                None,
+                "{name}: {value}"
+            );
+        }
+    }
+}

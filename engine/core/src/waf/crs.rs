@@ -183,9 +183,19 @@ impl Crs {
             uri = format!("{}?{}", q.path, q.query);
             uri.as_str()
         };
+        // A proof-of-work solution or clearance reaching the rules was verified by its MAC: it
+        // is Rampart's own token, not the client's text (see `UNSCANNED_HEADERS`).
         let mut headers: Vec<(&str, &str)> = q
             .headers
             .iter()
+            .filter(|(k, _)| {
+                ![
+                    crate::challenge::SOLUTION_HEADER,
+                    crate::challenge::CLEARANCE_HEADER,
+                ]
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(k))
+            })
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         if let Some(ua) = r.client.user_agent.as_deref() {

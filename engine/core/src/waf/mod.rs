@@ -659,9 +659,14 @@ fn scan_form(s: &str) -> Option<Attack> {
     form_parts(s).find_map(scan_value)
 }
 
-/// Headers whose values are not scanned: protocol plumbing and Rampart's own anti-replay headers.
-/// Every other header value is attacker-chosen text.
+/// Headers whose values are not scanned: protocol plumbing, Rampart's own anti-replay headers,
+/// and its proof-of-work solution and clearance (verified by their MAC before any rule runs: a
+/// value that does not verify is `CHALLENGE_FAILED` first, so what the rules see is Rampart's own
+/// token; scanned, its random MAC and `:<counter>` looked like an SSRF target in 8% of
+/// solutions). Every other header value is attacker-chosen text.
 pub const UNSCANNED_HEADERS: &[&str] = &[
+    crate::challenge::SOLUTION_HEADER,
+    crate::challenge::CLEARANCE_HEADER,
     "host",
     "content-length",
     "connection",
