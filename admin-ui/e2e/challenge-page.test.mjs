@@ -16,14 +16,12 @@ import { tmpdir } from "node:os";
 import { join, dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import http from "node:http";
-import { freePort } from "./support.mjs";
-import { chromium } from "playwright-core";
+import { freePort, launchChromium } from "./support.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, "../..");
 const targetDir = process.env.CARGO_TARGET_DIR || join(root, "target");
 const BIN = process.env.RAMPART_BIN || join(targetDir, "release", "rampart");
-const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const NGINX = existsSync("/usr/sbin/nginx") ? "/usr/sbin/nginx" : "nginx";
 const SHOTS = process.env.SCREENSHOT_DIR || join(here, "screenshots");
 const CONTENT = "members area: hello from the upstream";
@@ -130,11 +128,7 @@ ${example}
   await waitFor(`http://127.0.0.1:${enginePort}/readyz`);
   await waitFor(site + "/");
 
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-           "--disable-sync", "--disable-quic", "--no-first-run"],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {

@@ -13,15 +13,13 @@ import { mkdtempSync, mkdirSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { freePort } from "./support.mjs";
-import { chromium } from "playwright-core";
+import { freePort, launchChromium } from "./support.mjs";
 import { headers, sign } from "../../sdk/js/rampart-sign.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, "../..");
 const targetDir = process.env.CARGO_TARGET_DIR || join(root, "target");
 const BIN = process.env.RAMPART_BIN || join(targetDir, "release", "rampart");
-const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const SHOTS = process.env.SCREENSHOT_DIR || join(here, "screenshots");
 const SECRET = "e2e-secret-0123456789";
 const PASSWORDS = { alice: "alice-pass-1", bob: "bob-pass-2", vera: "vera-pass-3", ada: "ada-pass-4" };
@@ -147,11 +145,7 @@ ${users}
 `);
   engine = spawn(BIN, ["serve", "--config", join(dir, "rampart.toml")], { stdio: ["ignore", "ignore", "inherit"] });
   await waitReady(base);
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-           "--disable-sync", "--disable-quic", "--no-first-run"],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {

@@ -1,5 +1,6 @@
 // Shared by the browser tests (not a test file itself).
 import net from "node:net";
+import { chromium } from "playwright-core";
 
 /** A loopback port nobody listens on now. */
 export function freePort() {
@@ -10,5 +11,14 @@ export function freePort() {
       s.close(() => ok(port));
     });
     s.on("error", fail);
+  });
+}
+
+/** Debian's headless Chromium (`$CHROMIUM`, else /usr/bin/chromium), quiet and without a sandbox. */
+export function launchChromium() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+           "--disable-sync", "--disable-quic", "--no-first-run"],
   });
 }
