@@ -33,6 +33,8 @@ fn settings(url: &str, prefix: &str) -> rampart::redis_state::RedisSettings {
         timeout: Duration::from_secs(2),
         connect_timeout: Duration::from_secs(5),
         connections: 2,
+        replica_acks: 0,
+        replica_ack_timeout: std::time::Duration::from_millis(50),
     }
 }
 
@@ -148,12 +150,16 @@ fn runtime(dir: &std::path::Path, state: &str) -> Arc<Runtime> {
 }
 
 fn decisions_per_second(rt: &Arc<Runtime>, tag: &str) -> f64 {
-    let threads = env("BENCH_THREADS", 16);
+    decisions_per_second_on(rt, tag, env("BENCH_THREADS", 16))
+}
+
+fn decisions_per_second_on(rt: &Arc<Runtime>, tag: &str, threads: u64) -> f64 {
     let seconds = env("BENCH_SECONDS", 3);
     let stop = AtomicBool::new(false);
     let done = AtomicU64::new(0);
     let refused = AtomicU64::new(0);
     let seq = AtomicU64::new(0);
+    let first = std::sync::Mutex::new(String::new());
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| {
@@ -180,8 +186,10 @@ fn decisions_per_second(rt: &Arc<Runtime>, tag: &str) -> f64 {
                     };
                     let req: DecideRequest = serde_json::from_value(c.json()).unwrap();
                     let v = rt.engine.decide(&req, now_ms()).unwrap();
-                    if v.code != rampart_core::Code::Ok {
-                        refused.fetch_add(1, Ordering::Relaxed);
+                    if v.code != rampart_core::Code::Ok
+                        && refused.fetch_add(1, Ordering::Relaxed) == 0
+                    {
+                        *first.lock().unwrap() = format!("{:?}", v.code);
                     }
                     done.fetch_add(1, Ordering::Relaxed);
                 }
@@ -193,8 +201,9 @@ fn decisions_per_second(rt: &Arc<Runtime>, tag: &str) -> f64 {
     let n = done.into_inner();
     let rps = n as f64 / seconds as f64;
     println!(
-        "  {tag:<12} {rps:>9.0} decisions/s  ({n} decisions, {} refused by rules, {threads} threads)",
-        refused.into_inner()
+        "  {tag:<12} {rps:>9.0} decisions/s  ({n} decisions, {} refused, the first by {}; {threads} threads)",
+        refused.into_inner(),
+        first.into_inner().unwrap()
     );
     rps
 }
@@ -204,20 +213,65 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
+    // `BENCH_ONLY=acks`: section 3 alone.
+    let only_acks = std::env::var("BENCH_ONLY").is_ok_and(|v| v == "acks");
+    let dir = temp_dir("bench-redis");
+    if !only_acks {
+        memory_and_throughput(&dir);
+    }
+    replica_acks_cost(&dir);
+}
+
+fn memory_and_throughput(dir: &std::path::Path) {
     let redis = RedisServer::start();
     memory_per_nonce(&redis);
 
     println!("\ndecisions per second, whole decision path with the default rules (no HTTP):");
-    let dir = temp_dir("bench-redis");
-    let local = decisions_per_second(&runtime(&dir, "backend = \"local\""), "local");
+    let local = decisions_per_second(&runtime(dir, "backend = \"local\""), "local");
     assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
     let url = redis.url();
     for mode in ["bloom", "exact"] {
         let rt = runtime(
-            &dir,
+            dir,
             &format!("backend = \"redis\"\nredis_url = \"{url}\"\nnonce_mode = \"{mode}\"\nredis_connections = 2"),
         );
         let rps = decisions_per_second(&rt, &format!("redis-{mode}"));
         println!("    redis-{mode} / local = {:.2}", rps / local);
+    }
+}
+
+fn replica_acks_cost(dir: &std::path::Path) {
+    // 3. What `[state] replica_acks = 1` costs: every anti-replay write is followed by a `WAIT`
+    //    for one replica (one more round trip, plus the replica's acknowledgement).
+    println!(
+        "\nanti-replay writes acknowledged by a replica (state.replica_acks), one master + one \
+         replica, default rules, alternating:"
+    );
+    let primary = RedisServer::start();
+    let _replica = RedisServer::start_replica_of(&primary);
+    let url = primary.url();
+    let threads = env("BENCH_THREADS", 16);
+    for round in 1..=2 {
+        for (n, what) in [(1, "one thread"), (threads, "threads")] {
+            let mut rates = [0.0; 2];
+            for acks in [0u32, 1] {
+                let rt = runtime(
+                    dir,
+                    &format!(
+                        "backend = \"redis\"\nredis_url = \"{url}\"\nreplica_acks = {acks}\n\
+                         replica_ack_timeout_ms = 100\nredis_prefix = \"acks{acks}r{round}n{n}\""
+                    ),
+                );
+                rates[acks as usize] =
+                    decisions_per_second_on(&rt, &format!("acks{acks}r{round}n{n}"), n);
+            }
+            println!(
+                "    round {round}, {what} ({n}): replica_acks = 1 / 0 = {:.2}; {:.0} → {:.0} µs \
+                 per decision per thread",
+                rates[1] / rates[0],
+                1e6 * n as f64 / rates[0],
+                1e6 * n as f64 / rates[1]
+            );
+        }
     }
 }

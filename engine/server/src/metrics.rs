@@ -299,6 +299,12 @@ impl Metrics {
              its limit until its retry-after ends)",
             redis.refusals_cached.clone(),
         );
+        registry.register(
+            "redis_replica_ack_shortfalls",
+            "Anti-replay writes that fewer than state.replica_acks replicas acknowledged within \
+             state.replica_ack_timeout_ms (the step's on_error policy answered)",
+            redis.ack_shortfalls.clone(),
+        );
         let redis_up = Gauge::default();
         registry.register(
             "redis_up",

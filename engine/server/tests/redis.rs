@@ -559,6 +559,8 @@ fn node_settings(url: &str) -> RedisSettings {
         timeout: Duration::from_secs(2),
         connect_timeout: Duration::from_secs(5),
         connections: 1,
+        replica_acks: 0,
+        replica_ack_timeout: Duration::from_millis(50),
     }
 }
 

@@ -63,6 +63,13 @@ pub struct StateConfig {
     /// a pool apart from the HTTP workers, so a slow Redis parks decisions, never the workers
     /// (`/healthz`, `/metrics` and the admin API keep answering). 0 = decide on the HTTP worker.
     pub decision_threads: usize,
+    /// Replicas that must acknowledge each anti-replay write (nonce, submission fingerprint,
+    /// spent challenge solution) before it counts (`WAIT`); 0 = Redis's asynchronous replication,
+    /// where a failover can forget the nonces accepted just before it.
+    pub replica_acks: u32,
+    /// How long an anti-replay write waits for `replica_acks` acknowledgements before the step's
+    /// `*_on_error` policy answers. Below `redis_timeout_ms`.
+    pub replica_ack_timeout_ms: u64,
     /// Bitmaps per Bloom time slice in Redis (spreads a slice over cluster nodes).
     pub bloom_shards: u32,
     /// Stock segments per quota pool; 0 = 1 on a single node, 8 on a cluster.
@@ -110,6 +117,8 @@ impl Default for StateConfig {
             redis_connect_timeout_ms: 2_000,
             redis_connections: 1,
             decision_threads: 64,
+            replica_acks: 0,
+            replica_ack_timeout_ms: 50,
             bloom_shards: 16,
             quota_segments: 0,
             clock_margin_ms: 1_000,
@@ -162,6 +171,8 @@ impl StateConfig {
             timeout: std::time::Duration::from_millis(self.redis_timeout_ms),
             connect_timeout: std::time::Duration::from_millis(self.redis_connect_timeout_ms),
             connections: self.redis_connections,
+            replica_acks: self.replica_acks,
+            replica_ack_timeout: std::time::Duration::from_millis(self.replica_ack_timeout_ms),
         }
     }
 
@@ -219,6 +230,18 @@ impl StateConfig {
             if !(1..=64).contains(&st.redis_connections) {
                 errs.push("state.redis_connections must be between 1 and 64".into());
             }
+            if st.replica_acks > 16 {
+                errs.push("state.replica_acks must be between 0 and 16".into());
+            }
+            if st.replica_acks > 0
+                && !(1..st.redis_timeout_ms).contains(&st.replica_ack_timeout_ms)
+            {
+                errs.push(
+                    "state.replica_ack_timeout_ms must be at least 1 and below state.redis_timeout_ms \
+                     (the wait for replicas is part of the call redis_timeout_ms bounds)"
+                        .into(),
+                );
+            }
             if !(1..=1024).contains(&st.bloom_shards) {
                 errs.push("state.bloom_shards must be between 1 and 1024".into());
             }
@@ -238,6 +261,9 @@ impl StateConfig {
         }
         if st.peer_check_ms != 0 && st.peer_check_ms < 100 {
             errs.push("state.peer_check_ms must be 0 (off) or ≥ 100".into());
+        }
+        if st.replica_acks > 0 && st.backend != Backend::Redis {
+            errs.push("state.replica_acks only applies to state.backend = \"redis\"".into());
         }
         if st.local_fallback {
             if st.backend != Backend::Redis {

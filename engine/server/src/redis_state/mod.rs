@@ -66,6 +66,11 @@ pub struct RedisSettings {
     pub connect_timeout: Duration,
     /// Multiplexed connections per node (calls are spread over them round-robin).
     pub connections: usize,
+    /// Replicas that must acknowledge each anti-replay write (`WAIT`) before it counts; 0 = none
+    /// (Redis's asynchronous replication: a failover may forget the last accepted nonces).
+    pub replica_acks: u32,
+    /// How long an anti-replay write waits for those acknowledgements.
+    pub replica_ack_timeout: Duration,
 }
 
 /// A multiplexed connection to one node or to a cluster, handed to each call (cheap to clone:
@@ -233,6 +238,8 @@ pub struct RedisCounters {
     pub resent: Counter,
     /// Rate-limit checks answered by a remembered refusal instead of a call.
     pub refusals_cached: Counter,
+    /// Anti-replay writes that fewer than `replica_acks` replicas acknowledged in time.
+    pub ack_shortfalls: Counter,
 }
 
 /// Consecutive failures and the cool-down they trigger (shared with detached writes).
@@ -291,6 +298,8 @@ pub struct Redis {
     connect_timeout: Duration,
     prefix: String,
     health: Arc<Health>,
+    replica_acks: u32,
+    replica_ack_timeout_ms: u64,
 }
 
 impl Drop for Redis {
@@ -395,6 +404,8 @@ impl Redis {
             timeout: s.timeout,
             connect_timeout: s.connect_timeout,
             prefix: s.prefix.clone(),
+            replica_acks: s.replica_acks,
+            replica_ack_timeout_ms: s.replica_ack_timeout.as_millis().max(1) as u64,
             health: Arc::new(Health {
                 counters,
                 ..Default::default()
@@ -545,6 +556,51 @@ impl Redis {
         f: impl Fn(&mut SyncConn) -> RedisResult<T>,
     ) -> Result<T, StoreError> {
         self.call_with(f, true)
+    }
+
+    /// [`call_idempotent`](Self::call_idempotent) for an anti-replay write to `key` (a nonce, a
+    /// submission fingerprint, a spent challenge solution). With `[state] replica_acks` = n > 0,
+    /// the write counts only once n replicas of `key`'s master have acknowledged it (`WAIT`, sent
+    /// to that master after `f` on the same connection): a failover to a replica then cannot
+    /// forget a nonce this engine accepted. Fewer acknowledgements within
+    /// `replica_ack_timeout_ms` fail the call, and the step's `*_on_error` policy answers. The
+    /// write itself stays on the master either way; the request it belonged to was refused.
+    pub fn call_durable<T>(
+        &self,
+        key: &str,
+        f: impl Fn(&mut SyncConn) -> RedisResult<T>,
+    ) -> Result<T, StoreError> {
+        if self.replica_acks == 0 {
+            return self.call_idempotent(f);
+        }
+        let (want, ms) = (self.replica_acks, self.replica_ack_timeout_ms);
+        let r = self.call_idempotent(|c| {
+            let v = f(c)?;
+            let mut wait = redis::cmd("WAIT");
+            wait.arg(want).arg(ms);
+            let acks: i64 = match c {
+                SyncConn::Single(c) => wait.query(c)?,
+                SyncConn::Cluster(c) => {
+                    use redis::cluster_routing::{
+                        Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+                    };
+                    let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                        Route::with_key(key, SlotAddr::Master),
+                    ));
+                    redis::from_redis_value(c.route_command(&wait, to)?)?
+                }
+            };
+            Ok((v, acks))
+        })?;
+        match r {
+            (v, acks) if acks >= want as i64 => Ok(v),
+            (_, acks) => {
+                self.health.counters.ack_shortfalls.inc();
+                Err(unavailable(format!(
+                    "{acks} of {want} replica(s) acknowledged the write within {ms} ms"
+                )))
+            }
+        }
     }
 
     fn call_with<T>(

@@ -70,7 +70,7 @@ fn call_token() -> [u8; 16] {
 /// after no answer, the call recognises its own write ([`scripts::SET_ONCE`]).
 fn set_once(redis: &Redis, key: String, ttl_ms: i64) -> Result<bool, StoreError> {
     let token = call_token();
-    let seen: i64 = redis.call_idempotent(|c| {
+    let seen: i64 = redis.call_durable(&key, |c| {
         scripts::SET_ONCE
             .key(&key)
             .arg(&token[..])
@@ -448,7 +448,7 @@ impl NonceStore for RedisNonces {
         };
         let token = format!("{}:t:{}", probe.key, hex::encode(call_token()));
         let token_ttl = self.token_ttl_ms;
-        let seen: i64 = self.redis.call_idempotent(|c| {
+        let seen: i64 = self.redis.call_durable(&probe.key, |c| {
             let mut inv = scripts::NONCE_BLOOM.key(&probe.key);
             inv.key(&token)
                 .arg(probe.ttl)
@@ -490,7 +490,7 @@ impl NonceStore for RedisNonces {
                 return Some((Ok(NonceVerdict::OutOfRange), None));
             }
             let key = format!("{p}:n:{app}:{nonce}");
-            self.redis.call_idempotent(|c| {
+            self.redis.call_durable(&key, |c| {
                 scripts::NONCE_THEN_FINGERPRINT
                     .key(&key)
                     .key(&fp_key)
@@ -506,7 +506,7 @@ impl NonceStore for RedisNonces {
                 Err(e) => return Some((Err(e.clone()), Some(Err(e)))),
             };
             let token_key = format!("{}:t:{}", probe.key, hex::encode(token));
-            self.redis.call_idempotent(|c| {
+            self.redis.call_durable(&probe.key, |c| {
                 let mut inv = scripts::NONCE_BLOOM_THEN_FINGERPRINT.key(&probe.key);
                 inv.key(&token_key)
                     .key(&fp_key)

@@ -78,6 +78,8 @@ pub struct RedisServer {
     pub port: u16,
     dir: PathBuf,
     cluster: bool,
+    /// Extra `redis-server` arguments.
+    extra: Vec<String>,
     child: Option<Child>,
 }
 
@@ -86,13 +88,36 @@ impl RedisServer {
         Self::start_on(free_port(), false)
     }
 
+    /// A replica of `master` (`--replicaof`), once it is in sync.
+    pub fn start_replica_of(master: &RedisServer) -> RedisServer {
+        let r = Self::start_with(
+            free_port(),
+            false,
+            &["--replicaof", "127.0.0.1", &master.port.to_string()],
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !r
+            .cli(&["INFO", "replication"])
+            .contains("master_link_status:up")
+        {
+            assert!(Instant::now() < deadline, "replica did not sync");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        r
+    }
+
     fn start_on(port: u16, cluster: bool) -> RedisServer {
+        Self::start_with(port, cluster, &[])
+    }
+
+    fn start_with(port: u16, cluster: bool, extra: &[&str]) -> RedisServer {
         need("redis-server");
         let dir = temp_dir(&format!("redis-{port}"));
         let mut s = RedisServer {
             port,
             dir,
             cluster,
+            extra: extra.iter().map(|a| a.to_string()).collect(),
             child: None,
         };
         s.spawn();
@@ -125,6 +150,7 @@ impl RedisServer {
                 "2000",
             ]);
         }
+        cmd.args(&self.extra);
         let child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -148,6 +174,36 @@ impl RedisServer {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// SIGSTOP: the server answers nothing (nor replicates) until [`resume`](Self::resume).
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let ok = Command::new("kill")
+                .args([sig, &c.id().to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "kill {sig} redis-server {}", self.port);
+        }
+    }
+
+    /// `INFO replication`'s `role` (`master` / `slave`).
+    pub fn role(&self) -> String {
+        self.cli(&["INFO", "replication"])
+            .lines()
+            .find_map(|l| l.strip_prefix("role:"))
+            .unwrap_or("")
+            .trim()
+            .to_string()
     }
 
     /// A fresh server on the same port (empty: persistence is off).
@@ -212,6 +268,105 @@ impl RedisCluster {
             }
         }
         RedisCluster { nodes }
+    }
+
+    /// `masters` masters with one replica each (`--cluster-replicas 1`), failing over fast: a
+    /// master silent for 1 s is failed, and a replica takes over however stale its copy is
+    /// (`cluster-replica-validity-factor 0`), which is what lets a test show a failover that
+    /// forgets writes.
+    pub fn start_replicated(masters: usize) -> RedisCluster {
+        need("redis-cli");
+        let extra = [
+            "--cluster-node-timeout",
+            "1000",
+            "--cluster-replica-validity-factor",
+            "0",
+        ];
+        let nodes: Vec<RedisServer> = (0..masters * 2)
+            .map(|_| RedisServer::start_with(free_port(), true, &extra))
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let c = RedisCluster { nodes };
+        c.wait_replicated(masters);
+        c
+    }
+
+    /// Waits until the cluster is ok with `masters` masters, each with a replica in sync.
+    pub fn wait_replicated(&self, masters: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = self
+                .nodes
+                .iter()
+                .filter(|s| s.child.is_some())
+                .all(|s| s.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
+            let pairs = self.pairs();
+            let synced = pairs.len() == masters
+                && pairs.iter().all(|&(_, r)| {
+                    self.nodes[r]
+                        .cli(&["INFO", "replication"])
+                        .contains("master_link_status:up")
+                });
+            if ok && synced {
+                return;
+            }
+            assert!(Instant::now() < deadline, "replicated cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// (master, replica) indices into `nodes` of every live master with a live replica, as
+    /// `CLUSTER NODES` on a live node tells them.
+    pub fn pairs(&self) -> Vec<(usize, usize)> {
+        let Some(seen) = self.nodes.iter().find(|n| n.child.is_some()) else {
+            return Vec::new();
+        };
+        let table = seen.cli(&["CLUSTER", "NODES"]);
+        let rows: Vec<(String, u16, String, String)> = table
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let port = f.get(1)?.split(['@', ':']).nth(1)?.parse().ok()?;
+                Some((
+                    f[0].to_string(),
+                    port,
+                    f.get(2)?.to_string(),
+                    f.get(3)?.to_string(),
+                ))
+            })
+            .collect();
+        let index = |port: u16| self.nodes.iter().position(|n| n.port == port);
+        let mut out = Vec::new();
+        for (id, port, flags, _) in &rows {
+            if !flags.contains("master") || flags.contains("fail") {
+                continue;
+            }
+            let replica = rows.iter().find(|(_, _, f, m)| {
+                f.contains("slave") && !f.contains("fail") && m == id
+            });
+            if let (Some(m), Some(r)) = (index(*port), replica.and_then(|r| index(r.1))) {
+                if self.nodes[m].child.is_some() && self.nodes[r].child.is_some() {
+                    out.push((m, r));
+                }
+            }
+        }
+        out.sort();
+        out
     }
 
     pub fn urls(&self) -> Vec<String> {
