@@ -125,18 +125,31 @@ fn replays_passed(e: &Engine, accepted: &[Value]) -> usize {
 /// replica reads it on waking.)
 fn cut_replication(cluster: &RedisCluster, m: usize, r: usize) {
     let (m, r) = (&cluster.nodes[m], &cluster.nodes[r]);
-    assert_eq!(r.cli(&["CONFIG", "SET", "masteruser", "no-such-user"]), "OK");
-    assert_eq!(r.cli(&["CONFIG", "SET", "masterauth", "no-such-password"]), "OK");
+    assert_eq!(
+        r.cli(&["CONFIG", "SET", "masteruser", "no-such-user"]),
+        "OK"
+    );
+    assert_eq!(
+        r.cli(&["CONFIG", "SET", "masterauth", "no-such-password"]),
+        "OK"
+    );
     let t = Instant::now();
     loop {
         m.cli(&["CLIENT", "KILL", "TYPE", "replica"]);
-        if m.cli(&["INFO", "replication"]).contains("connected_slaves:0") {
+        if m.cli(&["INFO", "replication"])
+            .contains("connected_slaves:0")
+        {
             std::thread::sleep(Duration::from_millis(300));
-            if m.cli(&["INFO", "replication"]).contains("connected_slaves:0") {
+            if m.cli(&["INFO", "replication"])
+                .contains("connected_slaves:0")
+            {
                 return;
             }
         }
-        assert!(t.elapsed() < Duration::from_secs(10), "the replica keeps reconnecting");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the replica keeps reconnecting"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -211,7 +224,7 @@ fn scenario(cluster: &mut RedisCluster, dir: &Path, nodes: &str, mode: &str) -> 
     };
     for (name, x) in [("plain", &p), ("replica_acks = 1", &a)] {
         println!(
-            "{mode}, {name}: 60 requests while the replica was stopped: {} accepted, {} refused \
+            "{mode}, {name}: 60 requests while the replica was cut off: {} accepted, {} refused \
              (STORE_UNAVAILABLE); replays of the accepted ones after the failover: {} passed",
             x.accepted, x.refused, x.replays_passed
         );
@@ -244,8 +257,14 @@ fn a_failover_forgets_accepted_nonces_unless_replicas_acknowledged_them() {
         );
         // With an acknowledging replica: what landed on the master whose replica was stopped was
         // refused by policy (503), everything accepted is on a replica, and no replay passes.
-        assert!(acked.refused > 0, "{mode}: nothing waited for the stopped replica");
+        assert!(
+            acked.refused > 0,
+            "{mode}: nothing waited for the stopped replica"
+        );
         assert!(acked.accepted > 0, "{mode}: the healthy masters accept");
-        assert_eq!(acked.replays_passed, 0, "{mode}: a replay passed after the failover");
+        assert_eq!(
+            acked.replays_passed, 0,
+            "{mode}: a replay passed after the failover"
+        );
     }
 }

@@ -383,7 +383,11 @@ mod tests {
 
     #[test]
     fn replica_acks_are_checked() {
-        let local = load("[[apps]]\nid='a'\nsecret='s'\n[state]\nreplica_acks=1\n", &[]).unwrap();
+        let local = load(
+            "[[apps]]\nid='a'\nsecret='s'\n[state]\nreplica_acks=1\n",
+            &[],
+        )
+        .unwrap();
         let msg = local.validate().unwrap_err().to_string();
         assert!(msg.contains("state.replica_acks only applies"), "{msg}");
         let redis = |extra: &str| {
@@ -402,9 +406,15 @@ mod tests {
         assert_eq!(redis("replica_acks=1\n"), Ok(()));
         let msg = redis("replica_acks=1\nreplica_ack_timeout_ms=200\nredis_timeout_ms=200\n")
             .unwrap_err();
-        assert!(msg.contains("replica_ack_timeout_ms must be at least 1 and below"), "{msg}");
+        assert!(
+            msg.contains("replica_ack_timeout_ms must be at least 1 and below"),
+            "{msg}"
+        );
         let msg = redis("replica_acks=17\n").unwrap_err();
-        assert!(msg.contains("replica_acks must be between 0 and 16"), "{msg}");
+        assert!(
+            msg.contains("replica_acks must be between 0 and 16"),
+            "{msg}"
+        );
     }
 
     #[test]

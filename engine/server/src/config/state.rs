@@ -233,8 +233,7 @@ impl StateConfig {
             if st.replica_acks > 16 {
                 errs.push("state.replica_acks must be between 0 and 16".into());
             }
-            if st.replica_acks > 0
-                && !(1..st.redis_timeout_ms).contains(&st.replica_ack_timeout_ms)
+            if st.replica_acks > 0 && !(1..st.redis_timeout_ms).contains(&st.replica_ack_timeout_ms)
             {
                 errs.push(
                     "state.replica_ack_timeout_ms must be at least 1 and below state.redis_timeout_ms \

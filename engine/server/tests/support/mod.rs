@@ -325,7 +325,10 @@ impl RedisCluster {
             if ok && synced {
                 return;
             }
-            assert!(Instant::now() < deadline, "replicated cluster did not become ok");
+            assert!(
+                Instant::now() < deadline,
+                "replicated cluster did not become ok"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -356,9 +359,9 @@ impl RedisCluster {
             if !flags.contains("master") || flags.contains("fail") {
                 continue;
             }
-            let replica = rows.iter().find(|(_, _, f, m)| {
-                f.contains("slave") && !f.contains("fail") && m == id
-            });
+            let replica = rows
+                .iter()
+                .find(|(_, _, f, m)| f.contains("slave") && !f.contains("fail") && m == id);
             if let (Some(m), Some(r)) = (index(*port), replica.and_then(|r| index(r.1))) {
                 if self.nodes[m].child.is_some() && self.nodes[r].child.is_some() {
                     out.push((m, r));
@@ -541,7 +544,18 @@ impl Engine {
     /// [`Engine::start`] with extra environment variables (`RAMPART_SERVER_…` overrides for the
     /// `[server]` section this harness writes).
     pub fn start_with_env(dir: &Path, name: &str, config: &str, env: &[(&str, &str)]) -> Engine {
-        let port = free_port();
+        Engine::start_at(dir, name, config, env, free_port())
+    }
+
+    /// [`Engine::start_with_env`] listening on `port` (e.g. an instance restarted where a load
+    /// balancer expects it).
+    pub fn start_at(
+        dir: &Path,
+        name: &str,
+        config: &str,
+        env: &[(&str, &str)],
+        port: u16,
+    ) -> Engine {
         let cfg = dir.join(format!("{name}.toml"));
         let log = dir.join(format!("{name}-log"));
         std::fs::write(
