@@ -82,7 +82,7 @@ struct Round {
     replays_passed: usize,
 }
 
-/// `n` fresh requests on `e` while the replica is stopped; after the failover, each accepted
+/// `n` fresh requests on `e` while the replica is cut off; after the failover, each accepted
 /// one again.
 fn sent(e: &Engine, tag: &str, n: u64) -> (Vec<Value>, usize) {
     let mut accepted = Vec::new();
@@ -255,11 +255,11 @@ fn a_failover_forgets_accepted_nonces_unless_replicas_acknowledged_them() {
             plain.replays_passed > 0,
             "{mode}: no write was lost; the scenario did not test anything"
         );
-        // With an acknowledging replica: what landed on the master whose replica was stopped was
+        // With an acknowledging replica: what landed on the master whose replica was cut off was
         // refused by policy (503), everything accepted is on a replica, and no replay passes.
         assert!(
             acked.refused > 0,
-            "{mode}: nothing waited for the stopped replica"
+            "{mode}: nothing waited for the cut-off replica"
         );
         assert!(acked.accepted > 0, "{mode}: the healthy masters accept");
         assert_eq!(
