@@ -17,7 +17,8 @@ rustc --version
 
 step "services"
 # Integration tests start their own servers on loopback ports and stop them: redis-server (one node,
-# and a 3-master cluster joined with redis-cli --cluster create), clickhouse-server and nginx. They
+# a 3-master cluster joined with redis-cli --cluster create, and one with replicas), clickhouse-server
+# (one server, and a 2 × 2 cluster with ZooKeeper) and nginx. They
 # need the binaries.
 sudo_cmd=""
 if [ "$(id -u)" != "0" ]; then sudo_cmd="sudo"; fi
@@ -33,6 +34,13 @@ if ! command -v clickhouse-server >/dev/null 2>&1 && [ ! -x /usr/sbin/clickhouse
   echo "installing clickhouse-server (Debian package)"
   $sudo_cmd apt-get install -y --no-install-recommends clickhouse-server clickhouse-client >/dev/null \
     || { $sudo_cmd apt-get update >/dev/null && $sudo_cmd apt-get install -y --no-install-recommends clickhouse-server clickhouse-client >/dev/null; }
+fi
+# The ClickHouse cluster test (2 shards × 2 replicas) runs a standalone ZooKeeper: Debian's
+# `zookeeper` package, which brings the Java runtime it needs.
+if [ ! -f /usr/share/java/zookeeper.jar ]; then
+  echo "installing zookeeper (Debian package, with a Java runtime)"
+  $sudo_cmd apt-get install -y --no-install-recommends zookeeper >/dev/null \
+    || { $sudo_cmd apt-get update >/dev/null && $sudo_cmd apt-get install -y --no-install-recommends zookeeper >/dev/null; }
 fi
 # The forward-auth test runs a real nginx (auth_request) in front of a toy upstream.
 if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then

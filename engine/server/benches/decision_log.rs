@@ -94,6 +94,7 @@ fn rows_per_second(ch: &ClickHouseServer) {
         spool_dir: dir.join("spool"),
         spool_max_bytes: 1 << 30,
         on_spool_full: SpoolFull::DropNewest,
+        cluster: None,
     };
     rampart::declog::clickhouse::migrate(&settings).unwrap();
     let metrics = Arc::new(Metrics::new("bench"));

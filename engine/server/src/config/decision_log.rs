@@ -15,6 +15,10 @@ pub struct DecisionLogConfig {
     pub clickhouse_password: Option<String>,
     /// Environment variable holding the password (instead of `clickhouse_password`).
     pub clickhouse_password_env: Option<String>,
+    /// A cluster named in the ClickHouse servers' `<remote_servers>`: the schema is created on
+    /// every node of it (replicated tables behind `Distributed` ones, with `ON CLUSTER`), and the
+    /// engine writes to and reads from the `Distributed` tables through `clickhouse_url`.
+    pub clickhouse_cluster: Option<String>,
     /// Apply the schema migrations at start (and before the first insert if ClickHouse was down).
     pub migrate: bool,
     /// A batch is sent when it holds this many rows…
@@ -50,6 +54,7 @@ impl Default for DecisionLogConfig {
             clickhouse_user: String::new(),
             clickhouse_password: None,
             clickhouse_password_env: None,
+            clickhouse_cluster: None,
             migrate: true,
             batch_rows: 50_000,
             batch_ms: 250,
@@ -81,6 +86,9 @@ impl DecisionLogConfig {
     /// Checks `[decision_log]`; every problem goes into `errs`.
     pub(super) fn check(&self, errs: &mut Vec<String>) {
         let dl = self;
+        if dl.clickhouse_cluster.is_some() && dl.clickhouse_url.is_none() {
+            errs.push("decision_log.clickhouse_cluster needs decision_log.clickhouse_url".into());
+        }
         if let Some(url) = &dl.clickhouse_url {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 errs.push(format!(
@@ -100,6 +108,14 @@ impl DecisionLogConfig {
                     "decision_log.clickhouse_database must be a plain identifier ([A-Za-z0-9_])"
                         .into(),
                 );
+            }
+            if let Some(c) = &dl.clickhouse_cluster {
+                if c.is_empty() || !c.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    errs.push(
+                        "decision_log.clickhouse_cluster must be a plain identifier ([A-Za-z0-9_])"
+                            .into(),
+                    );
+                }
             }
             if dl.clickhouse_password.is_some() && dl.clickhouse_password_env.is_some() {
                 errs.push(

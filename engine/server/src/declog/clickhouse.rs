@@ -65,6 +65,43 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ),
 ];
 
+/// The migrations on a ClickHouse cluster (`dashboards/clickhouse/cluster/`, `[decision_log]
+/// clickhouse_cluster`): the same tables, replicated on every shard behind `Distributed` tables of
+/// the single-server names, created with distributed DDL (`ON CLUSTER`). `{db}` and `{cluster}`
+/// are filled in; a file may hold several statements, each ending with `;`.
+pub const CLUSTER_MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "cluster_0001_decisions",
+        include_str!("../../../../dashboards/clickhouse/cluster/0001_decisions.sql"),
+    ),
+    (
+        "cluster_0002_decisions_minute",
+        include_str!("../../../../dashboards/clickhouse/cluster/0002_decisions_minute.sql"),
+    ),
+];
+
+/// The statements of a migration file: split after each `;` that ends a line, without the parts
+/// that hold only comments.
+fn statements(sql: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for line in sql.lines() {
+        cur.push_str(line);
+        cur.push('\n');
+        if line.trim_end().ends_with(';') {
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    out.push(cur);
+    out.into_iter()
+        .map(|s| s.trim().trim_end_matches(';').trim().to_string())
+        .filter(|s| {
+            s.lines()
+                .any(|l| !l.trim().is_empty() && !l.trim().starts_with("--"))
+        })
+        .collect()
+}
+
 pub const TABLE: &str = "rampart_decisions";
 
 #[derive(Debug, Clone)]
@@ -80,6 +117,9 @@ pub struct ChSettings {
     pub spool_dir: PathBuf,
     pub spool_max_bytes: u64,
     pub on_spool_full: SpoolFull,
+    /// A cluster of the servers' `<remote_servers>`: the schema is created on it with distributed
+    /// DDL, rows go to its `Distributed` table. None = one server.
+    pub cluster: Option<String>,
 }
 
 /// One row of `rampart_decisions`, in column order (RowBinary is positional).
@@ -267,23 +307,54 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 /// applied now.
 pub fn migrate(s: &ChSettings) -> Result<Vec<String>, String> {
     let rt = runtime().map_err(|e| e.to_string())?;
-    let c = client(s);
+    // On a cluster the migration creates the database itself, so it cannot be the session's
+    // (every statement names it).
+    let c = match s.cluster {
+        Some(_) => client(s).with_database("default"),
+        None => client(s),
+    };
     rt.block_on(async {
         let run = |sql: String| {
             let c = c.clone();
             async move { c.query(&sql).execute().await }
         };
         let db = &s.database;
-        tokio::time::timeout(
-            s.timeout,
-            run(format!(
-                "CREATE TABLE IF NOT EXISTS {db}.rampart_migrations \
-                 (name String, applied DateTime) ENGINE = TinyLog"
-            )),
-        )
-        .await
-        .map_err(|_| "timed out".to_string())?
-        .map_err(|e| e.to_string())?;
+        let ddl = |sql: String| {
+            let run = run.clone();
+            async move {
+                tokio::time::timeout(s.timeout * 10, run(sql))
+                    .await
+                    .map_err(|_| "timed out".to_string())?
+                    .map_err(|e| e.to_string())
+            }
+        };
+        let (list, book) = match &s.cluster {
+            None => (
+                MIGRATIONS,
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {db}.rampart_migrations \
+                     (name String, applied DateTime) ENGINE = TinyLog"
+                ),
+            ),
+            Some(cluster) => {
+                // Every server of the cluster holds the whole record (one replica set across
+                // shards), so any node can be asked what was applied.
+                ddl(format!(
+                    "CREATE DATABASE IF NOT EXISTS {db} ON CLUSTER {cluster}"
+                ))
+                .await?;
+                (
+                    CLUSTER_MIGRATIONS,
+                    format!(
+                        "CREATE TABLE IF NOT EXISTS {db}.rampart_migrations ON CLUSTER {cluster} \
+                         (name String, applied DateTime) ENGINE = ReplicatedMergeTree(\
+                         '/clickhouse/tables/{db}/rampart_migrations', '{{shard}}-{{replica}}') \
+                         ORDER BY name"
+                    ),
+                )
+            }
+        };
+        ddl(book).await?;
         let done: Vec<String> = tokio::time::timeout(
             s.timeout,
             c.query(&format!("SELECT name FROM {db}.rampart_migrations"))
@@ -293,15 +364,16 @@ pub fn migrate(s: &ChSettings) -> Result<Vec<String>, String> {
         .map_err(|_| "timed out".to_string())?
         .map_err(|e| e.to_string())?;
         let mut applied = Vec::new();
-        for (name, sql) in MIGRATIONS {
+        for (name, sql) in list {
             if done.iter().any(|d| d == name) {
                 continue;
             }
-            let sql = sql.replace("{db}", db);
-            tokio::time::timeout(s.timeout * 10, run(sql))
-                .await
-                .map_err(|_| format!("{name}: timed out"))?
-                .map_err(|e| format!("{name}: {e}"))?;
+            let sql = sql
+                .replace("{db}", db)
+                .replace("{cluster}", s.cluster.as_deref().unwrap_or(""));
+            for st in statements(&sql) {
+                ddl(st).await.map_err(|e| format!("{name}: {e}"))?;
+            }
             let record = c
                 .query(&format!(
                     "INSERT INTO {db}.rampart_migrations (name, applied) VALUES (?, now())"
@@ -666,8 +738,25 @@ mod tests {
     fn migrations_have_no_bind_markers() {
         // The client binds `?` as a query argument: one in a migration (even in a comment) makes
         // it fail with "unbound query argument" and the log spools instead of inserting.
-        for (name, sql) in super::MIGRATIONS {
+        for (name, sql) in super::MIGRATIONS.iter().chain(super::CLUSTER_MIGRATIONS) {
             assert!(!sql.contains('?'), "{name} contains '?'");
+        }
+    }
+
+    #[test]
+    fn a_cluster_migration_splits_into_its_statements() {
+        let st = super::statements(super::CLUSTER_MIGRATIONS[0].1);
+        assert_eq!(st.len(), 2, "{st:?}");
+        assert!(
+            st[0].contains("rampart_decisions_local ON CLUSTER"),
+            "{}",
+            st[0]
+        );
+        assert!(st[1].contains("ENGINE = Distributed("), "{}", st[1]);
+        assert!(st.iter().all(|s| !s.ends_with(';')));
+        // A single-server migration is one statement, as it was.
+        for (name, sql) in super::MIGRATIONS {
+            assert_eq!(super::statements(sql).len(), 1, "{name}");
         }
     }
 }

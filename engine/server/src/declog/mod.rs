@@ -318,6 +318,7 @@ pub fn ch_settings(cfg: &DecisionLogConfig) -> crate::declog::clickhouse::ChSett
             .unwrap_or_else(|| cfg.dir.join("spool")),
         spool_max_bytes: cfg.spool_max_bytes,
         on_spool_full: cfg.on_spool_full,
+        cluster: cfg.clickhouse_cluster.clone(),
     }
 }
 

@@ -381,6 +381,10 @@ impl RedisCluster {
 /// expects) with its data in a fresh directory.
 pub struct ClickHouseServer {
     pub http_port: u16,
+    pub tcp_port: u16,
+    inter_port: u16,
+    /// The server's config file (`/etc/clickhouse-server/config.xml` unless a cluster node's).
+    config: PathBuf,
     dir: PathBuf,
     child: Option<Child>,
 }
@@ -396,11 +400,20 @@ impl ClickHouseServer {
             "clickhouse-server is not installed (scripts/test.sh installs the Debian package)"
         );
         let dir = temp_dir(&format!("clickhouse-{}", free_port()));
+        Self::start_in(dir, free_port(), free_port(), None)
+    }
+
+    /// A server in `dir` on the given ports, with `config` (a file in `dir`) instead of the
+    /// package's.
+    fn start_in(dir: PathBuf, http_port: u16, tcp_port: u16, config: Option<PathBuf>) -> Self {
         let _ = Command::new("chown")
             .args(["-R", "clickhouse:clickhouse", dir.to_str().unwrap()])
             .status();
         let mut s = ClickHouseServer {
-            http_port: free_port(),
+            http_port,
+            tcp_port,
+            inter_port: free_port(),
+            config: config.unwrap_or_else(|| "/etc/clickhouse-server/config.xml".into()),
             dir,
             child: None,
         };
@@ -410,15 +423,13 @@ impl ClickHouseServer {
 
     fn spawn(&mut self) {
         let d = self.dir.display().to_string();
-        let tcp = free_port();
-        let inter = free_port();
         let child = Command::new("runuser")
             .args(["-u", "clickhouse", "--", "clickhouse-server"])
-            .arg("--config-file=/etc/clickhouse-server/config.xml")
+            .arg(format!("--config-file={}", self.config.display()))
             .arg("--")
             .arg(format!("--http_port={}", self.http_port))
-            .arg(format!("--tcp_port={tcp}"))
-            .arg(format!("--interserver_http_port={inter}"))
+            .arg(format!("--tcp_port={}", self.tcp_port))
+            .arg(format!("--interserver_http_port={}", self.inter_port))
             .arg(format!("--path={d}/"))
             .arg(format!("--tmp_path={d}/tmp/"))
             .arg(format!("--user_files_path={d}/user_files/"))
@@ -508,6 +519,138 @@ impl Drop for ClickHouseServer {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A standalone ZooKeeper (Debian's `zookeeper` package) on a loopback port, for a ClickHouse
+/// cluster's replication and distributed DDL.
+pub struct ZooKeeper {
+    pub port: u16,
+    dir: PathBuf,
+    child: Child,
+}
+
+impl ZooKeeper {
+    pub fn start() -> ZooKeeper {
+        assert!(
+            Path::new("/usr/share/java/zookeeper.jar").exists(),
+            "zookeeper is not installed (scripts/test.sh installs the Debian package)"
+        );
+        let port = free_port();
+        let dir = temp_dir(&format!("zookeeper-{port}"));
+        let child = Command::new("java")
+            .arg("-Dzookeeper.4lw.commands.whitelist=srvr")
+            .args(["-cp", "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"])
+            .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+            .arg(port.to_string())
+            .arg(dir.join("data"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start zookeeper (java)");
+        let z = ZooKeeper { port, dir, child };
+        // Serving, not merely listening: ClickHouse 18.16 crashes (in its DDL worker) when its
+        // first ZooKeeper session fails.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !z.serving() {
+            assert!(Instant::now() < deadline, "zookeeper did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        z
+    }
+
+    fn serving(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut out = String::new();
+        c.write_all(b"srvr").is_ok()
+            && c.read_to_string(&mut out).is_ok()
+            && out.contains("Mode: standalone")
+    }
+}
+
+impl Drop for ZooKeeper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A ClickHouse cluster named `rampart` on loopback: `shards` × `replicas` servers, each with
+/// the package's config plus `remote_servers`, `zookeeper`, `macros` (`{shard}` = `01`…,
+/// `{replica}` = `r1`…) and `interserver_http_host`, and one ZooKeeper.
+pub struct ClickHouseCluster {
+    /// Shard-major: shard 1's replicas, then shard 2's…
+    pub nodes: Vec<ClickHouseServer>,
+    pub replicas: usize,
+    pub zookeeper: ZooKeeper,
+}
+
+impl ClickHouseCluster {
+    pub fn start(shards: usize, replicas: usize) -> ClickHouseCluster {
+        let zookeeper = ZooKeeper::start();
+        let ports: Vec<(u16, u16)> = (0..shards * replicas)
+            .map(|_| (free_port(), free_port()))
+            .collect();
+        let mut remote = String::from("<remote_servers><rampart>");
+        for s in 0..shards {
+            remote.push_str("<shard><internal_replication>true</internal_replication>");
+            for r in 0..replicas {
+                remote.push_str(&format!(
+                    "<replica><host>127.0.0.1</host><port>{}</port></replica>",
+                    ports[s * replicas + r].1
+                ));
+            }
+            remote.push_str("</shard>");
+        }
+        remote.push_str("</rampart></remote_servers>");
+        let package = std::fs::read_to_string("/etc/clickhouse-server/config.xml")
+            .expect("clickhouse-server is not installed (scripts/test.sh installs it)");
+        let start = package
+            .find("<remote_servers")
+            .expect("<remote_servers> in the package's config");
+        let end = package[start..].find("</remote_servers>").unwrap() + start;
+        let base = format!(
+            "{}{remote}{}",
+            &package[..start],
+            &package[end + "</remote_servers>".len()..]
+        )
+        .replace(
+            "<zookeeper incl=\"zookeeper-servers\" optional=\"true\" />",
+            &format!(
+                "<zookeeper><node><host>127.0.0.1</host><port>{}</port></node></zookeeper>\
+                 <interserver_http_host>127.0.0.1</interserver_http_host>",
+                zookeeper.port
+            ),
+        );
+        let nodes = (0..shards * replicas)
+            .map(|i| {
+                let (s, r) = (i / replicas + 1, i % replicas + 1);
+                let dir = temp_dir(&format!("clickhouse-{s}-{r}-{}", ports[i].0));
+                let conf = base.replace(
+                    "<macros incl=\"macros\" optional=\"true\" />",
+                    &format!("<macros><shard>{s:02}</shard><replica>r{r}</replica></macros>"),
+                );
+                std::fs::write(dir.join("config.xml"), conf).unwrap();
+                std::fs::copy("/etc/clickhouse-server/users.xml", dir.join("users.xml")).unwrap();
+                let cfg = dir.join("config.xml");
+                ClickHouseServer::start_in(dir, ports[i].0, ports[i].1, Some(cfg))
+            })
+            .collect();
+        ClickHouseCluster {
+            nodes,
+            replicas,
+            zookeeper,
+        }
+    }
+
+    /// The server of replica `r` (0-based) of shard `s` (0-based).
+    pub fn node(&mut self, s: usize, r: usize) -> &mut ClickHouseServer {
+        &mut self.nodes[s * self.replicas + r]
     }
 }
 
