@@ -320,7 +320,6 @@ pub fn migrate(s: &ChSettings) -> Result<Vec<String>, String> {
         };
         let db = &s.database;
         let ddl = |sql: String| {
-            let run = run.clone();
             async move {
                 tokio::time::timeout(s.timeout * 10, run(sql))
                     .await
