@@ -59,14 +59,21 @@ fn code(v: &Value) -> String {
 }
 
 /// Sends fresh requests until one is accepted (the cluster has settled after the failover and the
-/// engine found the new master by itself); how long that took.
+/// engine found the new master by itself); how long that took. Meanwhile every refusal is the
+/// declared policy's (`on_store_error = "deny"`: `STORE_UNAVAILABLE`), nothing else.
 fn until_serving(e: &Engine, tag: &str) -> Duration {
     let t = Instant::now();
     for i in 0.. {
         let (s, v) = e.decide(&call(tag, 1_000_000 + i));
-        if s == 200 && code(&v) == "OK" {
+        assert_eq!(s, 200, "{tag}: {v}");
+        if code(&v) == "OK" {
             return t.elapsed();
         }
+        assert_eq!(
+            (code(&v).as_str(), v["status"].as_u64()),
+            ("STORE_UNAVAILABLE", Some(503)),
+            "{tag}: during the failover: {v}"
+        );
         assert!(
             t.elapsed() < Duration::from_secs(30),
             "{tag}: the engine does not serve again after the failover: {s} {v}"
@@ -193,6 +200,22 @@ fn scenario(cluster: &mut RedisCluster, dir: &Path, nodes: &str, mode: &str) -> 
     let (a_acc, a_ref) = sent(&acked, &format!("a-{mode}"), 60);
     cluster.nodes[m].kill();
     let t = Instant::now();
+    // Between the master's death and the promotion: the policy answers for its slots.
+    let mut during = (0, 0);
+    for i in 0..30 {
+        let (_, v) = plain.decide(&call(&format!("p-{mode}-gap"), i));
+        match (code(&v).as_str(), v["status"].as_u64()) {
+            ("OK", _) => during.0 += 1,
+            ("STORE_UNAVAILABLE", Some(503)) => during.1 += 1,
+            _ => panic!("{mode}: during the failover: {v}"),
+        }
+    }
+    println!(
+        "{mode}: 30 requests right after the master died: {} accepted (other masters' slots), {} \
+         STORE_UNAVAILABLE",
+        during.0, during.1
+    );
+    assert!(during.1 > 0, "{mode}: no request met the dead master");
     while cluster.nodes[r].role() != "master" {
         assert!(
             t.elapsed() < Duration::from_secs(30),

@@ -1,6 +1,7 @@
 //! A fleet: three `rampart serve` instances behind a real nginx upstream (round robin), sharing a
-//! 3-master Redis Cluster (anti-replay and rule state, and the control plane) and logging to
-//! ClickHouse. What a caller and an operator see must not depend on which instance answers:
+//! 3-master Redis Cluster (anti-replay and rule state, and the control plane) and logging to a
+//! ClickHouse cluster (2 shards × 2 replicas with ZooKeeper; each engine writes through another
+//! node). What a caller and an operator see must not depend on which instance answers:
 //!
 //! - a request accepted by one instance is a replay on the next;
 //! - a rule set staged through one instance's admin API applies on all three within `poll_ms`,
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use base64ct::Encoding;
 use serde_json::{json, Value};
-use support::{agent, free_port, nonce, now_ms, temp_dir, Call, ClickHouseServer, Engine};
+use support::{agent, free_port, nonce, now_ms, temp_dir, Call, ClickHouseCluster, Engine};
 
 const SECRET: &str = "fleet-test-secret";
 const POLL_MS: u64 = 100;
@@ -46,18 +47,18 @@ fn rule(name: &str, body: &str) -> String {
     format!("//! name: {name}\n//! priority: 10\n//! owner: secops\n//! description: fleet test\n{body}\n")
 }
 
-fn config(dir: &std::path::Path, name: &str, ch: &ClickHouseServer, nodes: &str) -> String {
+fn config(dir: &std::path::Path, name: &str, ch_url: &str, nodes: &str) -> String {
     let rules = dir.join("rules");
     std::fs::create_dir_all(rules.join("edge")).unwrap();
     std::fs::write(rules.join("edge/base.rhai"), rule("base", "()")).unwrap();
     format!(
-        "clickhouse_url = \"{}\"\nclickhouse_database = \"fleet\"\nspool_dir = \"{}\"\n\
+        "clickhouse_url = \"{ch_url}\"\nclickhouse_database = \"fleet\"\nclickhouse_cluster = \"rampart\"\n\
+         spool_dir = \"{}\"\n\
          batch_ms = 100\nretry_ms = 300\n\
          [[apps]]\nid = \"shop\"\nsecret = \"{SECRET}\"\nwindow_ms = 60000\n\
          [rules]\ndir = \"{}\"\nreload = false\n\
          [state]\nbackend = \"redis\"\nredis_cluster_nodes = [{nodes}]\nredis_prefix = \"fleet\"\n\
          [admin]\ncookie_secure = false\npoll_ms = {POLL_MS}\n{}",
-        ch.url(),
         dir.join(format!("{name}-spool")).display(),
         rules.display(),
         users()
@@ -202,8 +203,14 @@ fn until_applied(fleet: &[Engine], user: &str, version: &str, tag: &str) -> Dura
 #[test]
 fn three_instances_behind_nginx_act_as_one() {
     let cluster = support::RedisCluster::start(3);
-    let ch = ClickHouseServer::start();
-    ch.query("CREATE DATABASE IF NOT EXISTS fleet").unwrap();
+    let mut ch = ClickHouseCluster::start(2, 2);
+    // Each engine writes through another node (shard 1 replica 1, shard 2 replica 1, shard 1
+    // replica 2); the first to start creates the schema on the cluster.
+    let ch_urls = [
+        ch.node(0, 0).url(),
+        ch.node(1, 0).url(),
+        ch.node(0, 1).url(),
+    ];
     let dir = temp_dir("fleet");
     let nodes = cluster
         .urls()
@@ -214,7 +221,8 @@ fn three_instances_behind_nginx_act_as_one() {
     let names = ["e0", "e1", "e2"];
     let mut fleet: Vec<Engine> = names
         .iter()
-        .map(|n| Engine::start(&dir, n, &config(&dir, n, &ch, &nodes)))
+        .zip(&ch_urls)
+        .map(|(n, u)| Engine::start(&dir, n, &config(&dir, n, u, &nodes)))
         .collect();
     let addrs: Vec<String> = fleet
         .iter()
@@ -383,7 +391,13 @@ fn three_instances_behind_nginx_act_as_one() {
     let port: u16 = addrs[1].rsplit(':').next().unwrap().parse().unwrap();
     assert!(fleet[1].stop().success(), "e1 did not stop cleanly");
     std::thread::sleep(Duration::from_millis(300));
-    fleet[1] = Engine::start_at(&dir, "e1", &config(&dir, "e1", &ch, &nodes), &[], port);
+    fleet[1] = Engine::start_at(
+        &dir,
+        "e1",
+        &config(&dir, "e1", &ch_urls[1], &nodes),
+        &[],
+        port,
+    );
     std::thread::sleep(Duration::from_millis(700));
     stop.store(true, Ordering::Relaxed);
     for w in workers {
@@ -403,14 +417,23 @@ fn three_instances_behind_nginx_act_as_one() {
         .map(|i| format!("'{i}'"))
         .collect::<Vec<_>>()
         .join(",");
-    let (rows, distinct) = (
-        ch.count(&format!(
+    // Rows reach their shard through the node each engine wrote to (Distributed inserts are
+    // forwarded in the background): wait until they all arrived.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut rows, mut distinct);
+    loop {
+        let n = ch.node(1, 1);
+        rows = n.count(&format!(
             "SELECT count() FROM fleet.rampart_decisions FINAL WHERE decision_id IN ({list})"
-        )),
-        ch.count(&format!(
+        ));
+        distinct = n.count(&format!(
             "SELECT uniqExact(decision_id) FROM fleet.rampart_decisions WHERE decision_id IN ({list})"
-        )),
-    );
+        ));
+        if (rows, distinct) == (ids.len() as u64, ids.len() as u64) || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
     println!(
         "{} decisions answered through nginx; {rows} rows in the log",
         ids.len()

@@ -319,13 +319,11 @@ pub fn migrate(s: &ChSettings) -> Result<Vec<String>, String> {
             async move { c.query(&sql).execute().await }
         };
         let db = &s.database;
-        let ddl = |sql: String| {
-            async move {
-                tokio::time::timeout(s.timeout * 10, run(sql))
-                    .await
-                    .map_err(|_| "timed out".to_string())?
-                    .map_err(|e| e.to_string())
-            }
+        let ddl = |sql: String| async move {
+            tokio::time::timeout(s.timeout * 10, run(sql))
+                .await
+                .map_err(|_| "timed out".to_string())?
+                .map_err(|e| e.to_string())
         };
         let (list, book) = match &s.cluster {
             None => (
