@@ -70,6 +70,8 @@ struct RunArgs {
     rounds: usize,
     /// Runs: baseline,local,empty,redis,clickhouse,rules,workers,memory (comma-separated);
     /// `empty` is the engine with an empty rule set (the anti-replay core, JSON, log, metrics).
+    /// Also `fleet` (not in the default): three engines on one Redis behind nginx (round robin)
+    /// against one engine behind the same nginx, alternating.
     #[arg(
         long,
         default_value = "baseline,local,empty,redis,clickhouse,rules,workers,memory"
@@ -182,6 +184,80 @@ fn config(workers: usize, rules: Option<&Path>, extra: &str) -> String {
         gen::APP,
         std::str::from_utf8(gen::SECRET).expect("ascii secret"),
     )
+}
+
+/// Three engines on one Redis behind nginx (round robin) against one engine behind the same kind
+/// of nginx, in alternating rounds, all on the servers' cores: what spreading decisions over a
+/// fleet costs per decision (an nginx hop either way; more processes on the same cores). On a
+/// machine whose servers share one or two cores this is not a scaling figure — three engines get
+/// no more CPU than one.
+fn fleet(
+    bin: &Path,
+    tmp: &Path,
+    workers: usize,
+    a: &RunArgs,
+    dl: &dyn Fn(&str) -> String,
+    report: &mut Value,
+) {
+    let started;
+    let url = match &a.redis_url {
+        Some(u) => u.clone(),
+        None => {
+            started = servers::redis(tmp);
+            match &started {
+                Some(r) => format!("redis://{}", r.addr),
+                None => {
+                    eprintln!("  (no redis-server: the fleet run is skipped)");
+                    return;
+                }
+            }
+        }
+    };
+    let engine = |name: &str| {
+        servers::engine(
+            bin,
+            tmp,
+            name,
+            &config(
+                workers,
+                None,
+                &format!(
+                    "{}[state]\nbackend = \"redis\"\nredis_url = \"{url}\"\nredis_prefix = \"load\"\n",
+                    dl(name)
+                ),
+            ),
+        )
+    };
+    let engines: Vec<_> = ["fleet-0", "fleet-1", "fleet-2"]
+        .iter()
+        .map(|n| engine(n))
+        .collect();
+    let addrs: Vec<std::net::SocketAddr> = engines.iter().map(|e| e.addr).collect();
+    let (Some(three), Some(one)) = (
+        servers::nginx(tmp, "three", &addrs),
+        servers::nginx(tmp, "one", &addrs[..1]),
+    ) else {
+        eprintln!("  (no nginx: the fleet run is skipped)");
+        return;
+    };
+    eprintln!("fleet: three engines on one Redis behind nginx vs one engine behind nginx:");
+    let mut rounds = Vec::new();
+    for round in 1..=a.rounds.max(1) {
+        let r1 = measure("one engine behind nginx", one.addr, None, a);
+        let r3 = measure("three engines behind nginx", three.addr, None, a);
+        let ratio = r3.max.rps() / r1.max.rps();
+        eprintln!(
+            "  round {round}: one {:.0} req/s, three {:.0} req/s, three / one = {ratio:.2}",
+            r1.max.rps(),
+            r3.max.rps()
+        );
+        rounds.push(json!({
+            "one_rps": r1.max.rps().round(), "three_rps": r3.max.rps().round(),
+            "three_vs_one": (ratio * 1000.0).round() / 1000.0,
+            "errors": r1.max.errors + r3.max.errors,
+        }));
+    }
+    report["fleet"] = json!(rounds);
 }
 
 /// A rule directory with `n` rules: the repository's rules (the first `n` when `n` is smaller),
@@ -460,6 +536,9 @@ fn main() -> std::process::ExitCode {
             }
             None => eprintln!("  (no clickhouse-server: the ClickHouse run is skipped)"),
         }
+    }
+    if want("fleet") {
+        fleet(&bin, &tmp, workers, &a, &dl, &mut report);
     }
     let base_rps = rows
         .iter()

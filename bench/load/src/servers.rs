@@ -360,3 +360,51 @@ pub fn clickhouse(dir: &Path) -> Option<Proc> {
     };
     wait_http(addr, "/ping", Duration::from_secs(60)).then_some(p)
 }
+
+/// nginx on loopback, round robin over `upstreams` (keep-alive to them), on the servers' CPUs;
+/// None when nginx is not installed.
+pub fn nginx(dir: &Path, name: &str, upstreams: &[SocketAddr]) -> Option<Proc> {
+    let bin = ["/usr/sbin/nginx", "nginx"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("-v").output().is_ok())?;
+    let port = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().ok()?;
+    let d = dir.join(format!("nginx-{name}"));
+    std::fs::create_dir_all(&d).ok()?;
+    let servers: String = upstreams
+        .iter()
+        .map(|u| format!("    server {u};\n"))
+        .collect();
+    let dd = d.display();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {dd}/nginx.pid;\n\
+         error_log {dd}/error.log warn;\nevents {{ worker_connections 1024; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {dd}/body;\n  proxy_temp_path {dd}/proxy;\n\
+         fastcgi_temp_path {dd}/fastcgi;\n  uwsgi_temp_path {dd}/uwsgi;\n  scgi_temp_path {dd}/scgi;\n\
+         upstream rampart {{\n{servers}    keepalive 64;\n  }}\n\
+         server {{\n    listen {addr};\n    location / {{\n      proxy_pass http://rampart;\n\
+         proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }}\n  }}\n}}\n"
+    );
+    let path = d.join("nginx.conf");
+    std::fs::write(&path, conf).ok()?;
+    let mut cmd = Command::new(bin);
+    place(&mut cmd);
+    let child = cmd
+        .arg("-c")
+        .arg(&path)
+        .arg("-p")
+        .arg(&d)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let p = Proc::new(child, addr);
+    let end = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        if Instant::now() > end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(p)
+}

@@ -6,8 +6,16 @@
 //!    /v1/decide` of a `rampart serve` process, first with ClickHouse answering, then stopped
 //!    (rows go to the spool); client-side p50 and p99, and their ratio.
 //!
-//! Environment: `BENCH_ROWS` (default 2000000), `BENCH_SECONDS` (per latency phase, default 5),
-//! `BENCH_THREADS` (default 4).
+//! 3. **Rows per second into a cluster vs one server**, in the same run: the same rows through the
+//!    sink into one server and into a 2 shards × 2 replicas cluster (with ZooKeeper) through one
+//!    node's `Distributed` table, timed until the insert is acknowledged and until every row is
+//!    in its shard (`count()` through the `Distributed` table). All servers share this machine's
+//!    cores, so the ratio is what the cluster's extra work costs (forwarding, replication), not
+//!    what more machines would add.
+//!
+//! Environment: `BENCH_ROWS` (default 2000000; section 3: `BENCH_CLUSTER_ROWS`, default 500000),
+//! `BENCH_SECONDS` (per latency phase, default 5), `BENCH_THREADS` (default 4), `BENCH_ONLY=cluster`
+//! (section 3 alone).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -20,7 +28,7 @@ use rampart::config::SpoolFull;
 use rampart::declog::clickhouse::{ChRow, ChSettings, ChSink};
 use rampart::metrics::Metrics;
 use serde_json::Value;
-use support::{env, now_ms, temp_dir, Call, ClickHouseServer, Engine};
+use support::{env, now_ms, temp_dir, Call, ClickHouseCluster, ClickHouseServer, Engine};
 
 fn row(i: u64, t0: i64) -> ChRow {
     ChRow {
@@ -173,6 +181,10 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "cluster") {
+        cluster_vs_server();
+        return;
+    }
     let mut ch = ClickHouseServer::start();
     rows_per_second(&ch);
 
@@ -200,5 +212,84 @@ fn main() {
     println!(
         "  p99 down / up = {:.2} (target: within 10%)",
         p99_down / p99_up.max(1.0)
+    );
+    drop(ch);
+    cluster_vs_server();
+}
+
+/// Inserts `n` rows through the sink into `url` (`cluster`: its name); the seconds until the
+/// insert was acknowledged and until `count` (asked of `ask`) saw them all.
+fn timed_insert(
+    url: String,
+    cluster: Option<String>,
+    db: &str,
+    n: u64,
+    ask: &ClickHouseServer,
+) -> (f64, f64) {
+    let dir = temp_dir(&format!("bench-chins-{db}"));
+    let settings = ChSettings {
+        url,
+        database: db.into(),
+        user: String::new(),
+        password: String::new(),
+        batch_rows: 100_000,
+        batch_ms: 1_000,
+        timeout: Duration::from_secs(120),
+        retry_ms: 1_000,
+        spool_dir: dir.join("spool"),
+        spool_max_bytes: 1 << 30,
+        on_spool_full: SpoolFull::DropNewest,
+        cluster,
+    };
+    rampart::declog::clickhouse::migrate(&settings).unwrap();
+    let metrics = Arc::new(Metrics::new("bench"));
+    let mut sink = ChSink::open(settings, metrics.clone()).unwrap();
+    let t0 = now_ms();
+    let rows: Vec<ChRow> = (0..n).map(|i| row(i, t0)).collect();
+    let started = Instant::now();
+    for chunk in rows.chunks(100_000) {
+        sink.push(chunk.iter().cloned());
+    }
+    sink.flush();
+    let acked = started.elapsed().as_secs_f64();
+    assert_eq!(metrics.log_spooled.get(), 0, "nothing spooled");
+    loop {
+        if ask.count(&format!("SELECT count() FROM {db}.rampart_decisions")) >= n {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "rows never all arrived"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (acked, started.elapsed().as_secs_f64())
+}
+
+fn cluster_vs_server() {
+    let n = env("BENCH_CLUSTER_ROWS", 500_000);
+    println!("\nrows into one server vs a 2 shards × 2 replicas cluster (same machine, same run):");
+    let one = ClickHouseServer::start();
+    one.query("CREATE DATABASE IF NOT EXISTS bench1").unwrap();
+    let (a1, s1) = timed_insert(one.url(), None, "bench1", n, &one);
+    drop(one);
+    let mut c = ClickHouseCluster::start(2, 2);
+    let url = c.node(0, 0).url();
+    let (a2, s2) = timed_insert(url, Some("rampart".into()), "benchc", n, c.node(1, 1));
+    let rate = |s: f64| n as f64 / s;
+    println!(
+        "  one server: {n} rows acknowledged at {:.0} rows/s, stored at {:.0} rows/s",
+        rate(a1),
+        rate(s1)
+    );
+    println!(
+        "  cluster:    {n} rows acknowledged at {:.0} rows/s, in their shards at {:.0} rows/s",
+        rate(a2),
+        rate(s2)
+    );
+    println!(
+        "  cluster / one server = {:.2} (acknowledged), {:.2} (stored)",
+        a1 / a2,
+        s1 / s2
     );
 }
