@@ -1470,3 +1470,278 @@ fn the_operator_plane_has_its_own_listener_and_metrics_need_their_token() {
     assert_eq!(s, 404);
     drop(e);
 }
+
+/// Reports downstream outcomes of `route` to `e` (signed as `/v1/outcome` requires).
+fn report_outcomes(e: &Engine, route: &str, statuses: &[u16], tag: &str) {
+    let report = Value::Array(
+        statuses
+            .iter()
+            .map(|s| json!({"app": "shop", "route": route, "status": s, "latency_ms": 5}))
+            .collect(),
+    )
+    .to_string();
+    let h = rampart_core::replay::sign::sign(
+        SECRET,
+        &rampart_core::replay::sign::ToSign {
+            app: "shop",
+            method: "POST",
+            path: "/v1/outcome",
+            query: "",
+            body: report.as_bytes(),
+            timestamp_ms: now_ms(),
+            nonce: &support::nonce(tag, now_ms() as u64),
+        },
+    );
+    let mut r = agent()
+        .post(&format!("{}/v1/outcome", e.base))
+        .header("content-type", "application/json")
+        .header("x-timestamp", &h.timestamp)
+        .header("x-nonce", &h.nonce)
+        .header("x-signature", &h.signature)
+        .send(report)
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        200,
+        "{}",
+        r.body_mut().read_to_string().unwrap()
+    );
+}
+
+/// A signed decide request for `path` from `user`.
+fn on(e: &Engine, path: &str, user: &str, tag: &str) -> Value {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let i = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let body = Call {
+        app: "shop",
+        secret: SECRET,
+        path,
+        body: format!("{{\"i\":{i}}}"),
+        user,
+        ip: "198.51.100.60",
+        device: "",
+        params: Value::Null,
+        nonce: support::nonce(tag, i),
+        ts_ms: now_ms(),
+    }
+    .json();
+    let (st, v) = support::post(&format!("{}/v1/decide", e.base), &body);
+    assert_eq!(st, 200, "{v}");
+    v
+}
+
+/// Waits (at most a second) until `f` holds on `e`.
+fn within_a_second(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "{what}: not within a second"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Repairs made through one instance hold on the other within `poll_ms`, with local state (each
+/// instance repairs its own, from the shared control store) and with Redis state (repaired once
+/// in Redis; the other instance forgets the refusal it had cached, which before this change kept
+/// refusing for the limit's whole retry-after).
+#[test]
+fn limit_and_breaker_repairs_apply_on_every_instance_within_poll_ms() {
+    let redis = RedisServer::start();
+    for backend in ["local", "redis"] {
+        let d = temp_dir(&format!("admin-repairs-{backend}"));
+        let r = d.join("rules");
+        std::fs::create_dir_all(r.join("gateway")).unwrap();
+        std::fs::write(
+            r.join("gateway/slow-down.rhai"),
+            format!(
+                "{}{}",
+                "//! name: slow-down\n//! priority: 10\n//! owner: secops\n//! description: test\n//! routes: /api/items\n",
+                r#"if !rate_limit("user:" + req.user, 0.001, 1) { deny("RATE_LIMITED", "slow down") }"#
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            r.join("gateway/pay.rhai"),
+            format!(
+                "{}{}",
+                "//! name: pay\n//! priority: 10\n//! owner: secops\n//! description: test\n//! routes: /api/pay\n",
+                r#"if circuit_open(req, #{window_ms: 60000, min_requests: 4, error_ratio: 0.5, open_ms: 600000}) { deny("CIRCUIT_OPEN", "pay down") }"#
+            ),
+        )
+        .unwrap();
+        let state = match backend {
+            "redis" => format!(
+                "[state]\nbackend = \"redis\"\nredis_url = \"{}\"\n",
+                redis.url()
+            ),
+            _ => String::new(),
+        };
+        let cfg = format!(
+            "[[apps]]\nid = \"shop\"\nsecret = \"admin-test-secret\"\nwindow_ms = 60000\n\
+             [rules]\ndir = \"{}\"\nreload = false\n{state}[admin]\ncookie_secure = false\npoll_ms = 100\n{}",
+            r.display(),
+            users()
+        );
+        // One control store for both (a shared directory with local state; Redis otherwise).
+        let control = d.join("control");
+        let env = [("RAMPART_ADMIN_STATE_DIR", control.to_str().unwrap())];
+        let a = Engine::start_with_env(&d, "a", &cfg, &env);
+        let b = Engine::start_with_env(&d, "b", &cfg, &env);
+        let tag = format!("rp-{backend}");
+        let user = format!("repair-{backend}-{}", std::process::id());
+
+        // A user over their limit on both instances.
+        assert_eq!(on(&a, "/api/items", &user, &tag)["code"], "OK");
+        assert_eq!(on(&a, "/api/items", &user, &tag)["code"], "RATE_LIMITED");
+        if backend == "local" {
+            assert_eq!(on(&b, "/api/items", &user, &tag)["code"], "OK");
+        }
+        assert_eq!(on(&b, "/api/items", &user, &tag)["code"], "RATE_LIMITED");
+        let reset = json!({"key": format!("user:{user}")});
+        let (st, _) = call(
+            &a,
+            "POST",
+            "/admin/v1/limits/reset",
+            Some(&basic("vera")),
+            Some(&reset),
+        );
+        assert_eq!(st, 403, "a viewer cannot repair");
+        let (st, v) = call(
+            &a,
+            "POST",
+            "/admin/v1/limits/reset",
+            Some(&basic("alice")),
+            Some(&reset),
+        );
+        assert_eq!(st, 200, "{v}");
+        within_a_second(&format!("{backend}: b lets the user through again"), || {
+            on(&b, "/api/items", &user, &tag)["code"] == "OK"
+        });
+        if backend == "local" {
+            assert_eq!(on(&a, "/api/items", &user, &tag)["code"], "OK");
+        }
+
+        // The refusals gave the user a bad reputation, on b too (b's own with local state); a
+        // reset through a clears it on b. (With local state it used to clear a's alone.)
+        let points = |e: &Engine| {
+            let (_, v) = call(
+                e,
+                "GET",
+                &format!("/admin/v1/subjects/user/{user}"),
+                Some(&basic("vera")),
+                None,
+            );
+            v["reputation"]["points"].as_i64().unwrap_or(-1)
+        };
+        within_a_second(&format!("{backend}: b remembers the refusal"), || {
+            points(&b) > 0
+        });
+        let (st, v) = call(
+            &a,
+            "POST",
+            &format!("/admin/v1/subjects/user/{user}/reputation/reset"),
+            Some(&basic("alice")),
+            None,
+        );
+        assert_eq!(st, 200, "{v}");
+        within_a_second(&format!("{backend}: b forgets the reputation"), || {
+            points(&b) == 0
+        });
+
+        // The pay route's breaker tripped on both instances (each is fed its own outcomes).
+        for e in [&a, &b] {
+            assert_eq!(on(e, "/api/pay", &user, &tag)["code"], "OK");
+            report_outcomes(e, "/api/pay", &[500, 500, 500, 500, 500], &tag);
+            assert_eq!(on(e, "/api/pay", &user, &tag)["code"], "CIRCUIT_OPEN");
+        }
+        let (_, v) = call(&b, "GET", "/admin/v1/breakers", Some(&basic("vera")), None);
+        assert_eq!(v["breakers"][0]["route"], "/api/pay", "{v}");
+        assert_eq!(v["breakers"][0]["state"], "open", "{v}");
+        assert_eq!(v["breakers"][0]["error_ratio"], 1.0, "{v}");
+        let pay = json!({"app": "shop", "route": "/api/pay"});
+        let (st, v) = call(
+            &a,
+            "POST",
+            "/admin/v1/breakers/close",
+            Some(&basic("alice")),
+            Some(&pay),
+        );
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(on(&a, "/api/pay", &user, &tag)["code"], "OK");
+        within_a_second(&format!("{backend}: b's breaker closes"), || {
+            on(&b, "/api/pay", &user, &tag)["code"] == "OK"
+        });
+        // Forced open through b, for a minute: a refuses too.
+        let open = json!({"app": "shop", "route": "/api/pay", "for_ms": 60000});
+        let (st, v) = call(
+            &b,
+            "POST",
+            "/admin/v1/breakers/open",
+            Some(&basic("alice")),
+            Some(&open),
+        );
+        assert_eq!(st, 200, "{v}");
+        within_a_second(&format!("{backend}: a's breaker opens"), || {
+            on(&a, "/api/pay", &user, &tag)["code"] == "CIRCUIT_OPEN"
+        });
+        let (_, v) = call(&a, "GET", "/admin/v1/breakers", Some(&basic("vera")), None);
+        assert_eq!(v["breakers"][0]["state"], "open", "{v}");
+        assert!(
+            v["breakers"][0]["open_until_ms"].as_i64().unwrap() > now_ms() + 50_000,
+            "{v}"
+        );
+
+        // Bad input gets a located 400, never a repair.
+        for bad in [json!({"key": ""}), json!({"key": 7}), json!({"keys": "x"})] {
+            let (st, v) = call(
+                &a,
+                "POST",
+                "/admin/v1/limits/reset",
+                Some(&basic("alice")),
+                Some(&bad),
+            );
+            assert_eq!(st, 400, "{bad}: {v}");
+        }
+        let (st, _) = call(
+            &a,
+            "POST",
+            "/admin/v1/breakers/open",
+            Some(&basic("alice")),
+            Some(&json!({"app": "shop", "route": "api/pay"})),
+        );
+        assert_eq!(st, 400);
+        let (st, _) = call(
+            &a,
+            "POST",
+            "/admin/v1/breakers/open",
+            Some(&basic("alice")),
+            Some(&json!({"app": "shop", "route": "/api/pay", "for_ms": 0})),
+        );
+        assert_eq!(st, 400);
+
+        // Recorded, newest first, and audited.
+        let (_, v) = call(&b, "GET", "/admin/v1/repairs", Some(&basic("vera")), None);
+        let kinds: Vec<&str> = v["repairs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["breaker", "breaker", "reputation", "limit"], "{v}");
+        assert_eq!(v["repairs"][3]["by"], "alice");
+        let (_, v) = call(&a, "GET", "/admin/v1/audit", Some(&basic("root")), None);
+        let entries = v["entries"].as_array().cloned().unwrap_or_default();
+        let actions: Vec<&str> = entries
+            .iter()
+            .filter_map(|e| e["action"].as_str())
+            .collect();
+        for want in ["limit.reset", "breaker.close", "breaker.open"] {
+            assert!(
+                actions.contains(&want),
+                "{backend}: no {want} in {actions:?}"
+            );
+        }
+    }
+}

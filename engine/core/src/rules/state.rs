@@ -119,6 +119,29 @@ impl RuleState {
         self.limiter.reset(&Self::reputation_key(kind, value))
     }
 
+    /// [`reset_reputation`](Self::reset_reputation) as an instance applies a repair: `here` is
+    /// the instance the operator asked. On shared state the others only forget what they
+    /// remember of it; on local state each resets its own.
+    pub fn repair_reputation(
+        &self,
+        kind: &str,
+        value: &str,
+        here: bool,
+    ) -> Result<bool, StoreError> {
+        self.repair_limit(&Self::reputation_key(kind, value), here)
+    }
+
+    /// Clears one rate-limit or counter key (as the rule named it, e.g. `user:alice`) as an
+    /// instance applies a repair (see [`repair_reputation`](Self::repair_reputation)).
+    pub fn repair_limit(&self, key: &str, here: bool) -> Result<bool, StoreError> {
+        if here || !self.limiter.shared() {
+            self.limiter.reset(key)
+        } else {
+            self.limiter.forget_cached(key);
+            Ok(true)
+        }
+    }
+
     /// The reputation points of (`kind`, `value`) over the window; 0 when unknown.
     pub fn reputation(&self, kind: &str, value: &str, now_ms: i64) -> Result<i64, StoreError> {
         if value.is_empty() {

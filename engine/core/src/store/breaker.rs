@@ -118,6 +118,17 @@ impl Breaker {
     }
 }
 
+/// A breaker as [`LocalBreakers::list`] shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerView {
+    pub key: String,
+    pub state: State,
+    pub requests: f64,
+    pub errors: f64,
+    pub slow: f64,
+    pub cfg: BreakerConfig,
+}
+
 /// The key of a route's breaker.
 pub fn breaker_key(app: &str, route: &str) -> String {
     format!("{app}\u{0}{route}")
@@ -211,6 +222,63 @@ impl LocalBreakers {
         b.cur.slow += slow as u64;
     }
 
+    /// An operator's repair: closes the route's breaker (its counts start afresh), or opens it
+    /// until `open_until` (requests refused, then a probe as after a trip). A breaker this
+    /// instance has not met yet is created open; closing one it does not hold does nothing.
+    /// Whether a breaker was there.
+    pub fn force(&self, key: &str, now: i64, open_until: Option<i64>) -> bool {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let had = map.contains_key(key);
+        match open_until {
+            None => {
+                if let Some(b) = map.get_mut(key) {
+                    b.roll(now);
+                    b.state = State::Closed;
+                    b.cur = Counts::default();
+                    b.prev = Counts::default();
+                }
+            }
+            Some(until) => {
+                if !had && map.len() >= self.max {
+                    map.retain(|_, b| !b.blank(now));
+                }
+                let cfg = BreakerConfig::default();
+                let b = map.entry(key.to_string()).or_insert_with(|| Breaker {
+                    cfg,
+                    state: State::Closed,
+                    start: now.div_euclid(cfg.window_ms.max(1)) * cfg.window_ms.max(1),
+                    cur: Counts::default(),
+                    prev: Counts::default(),
+                });
+                b.state = State::Open { until };
+            }
+        }
+        had
+    }
+
+    /// Every breaker this instance holds, by key: its state and its window's counts
+    /// (requests, errors, slow calls; the previous window weighted as in the trip decision).
+    pub fn list(&self, now: i64) -> Vec<BreakerView> {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<BreakerView> = map
+            .iter_mut()
+            .map(|(k, b)| {
+                b.roll(now);
+                let (requests, errors, slow) = b.window(now);
+                BreakerView {
+                    key: k.clone(),
+                    state: b.state,
+                    requests,
+                    errors,
+                    slow,
+                    cfg: b.cfg,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+
     pub fn state(&self, key: &str) -> Option<State> {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.get(key).map(|b| b.state)
@@ -228,6 +296,38 @@ impl LocalBreakers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An operator closes a tripped breaker (counts start afresh) or opens one until a time;
+    /// the list shows what the trip decision sees.
+    #[test]
+    fn a_forced_breaker_obeys_until_it_is_released() {
+        let b = LocalBreakers::with_max(10);
+        let k = breaker_key("shop", "/api/pay");
+        let c = cfg();
+        assert!(b.allow(&k, 1_000, c));
+        for _ in 0..c.min_requests {
+            b.record(&k, 1_001, 500, 1);
+        }
+        assert!(!b.allow(&k, 1_002, c), "tripped");
+        let v = b.list(1_002);
+        assert_eq!(
+            (v.len(), v[0].requests, v[0].errors),
+            (1, c.min_requests as f64, c.min_requests as f64)
+        );
+        assert!(b.force(&k, 1_003, None));
+        assert!(b.allow(&k, 1_004, c), "closed by hand");
+        assert_eq!(b.list(1_004)[0].requests, 0.0, "counts start afresh");
+        // Opened until t = 50_000: refused before, a probe after.
+        b.force(&k, 1_005, Some(50_000));
+        assert!(!b.allow(&k, 49_999, c));
+        assert!(b.allow(&k, 50_000, c));
+        // A breaker never met here is created open; closing an unknown one does nothing.
+        let other = breaker_key("shop", "/api/other");
+        assert!(!b.force(&other, 1_000, Some(i64::MAX)));
+        assert!(!b.allow(&other, 2_000, c));
+        assert!(!b.force(&breaker_key("x", "/y"), 1_000, None));
+        assert_eq!(b.len(), 2);
+    }
 
     /// A rule that watches every path: a client sending distinct paths used to add a breaker per
     /// path for good. The map stays at its bound, and a breaker that remembers failures is kept.

@@ -57,6 +57,15 @@ pub trait LimiterStore: Send + Sync {
     /// Forgets `key`'s rate limit and sliding window (an operator's repair): the next request
     /// starts it afresh. Whether anything was there (a shared store may not say: `true`).
     fn reset(&self, key: &str) -> Result<bool, StoreError>;
+    /// Whether every instance reads the same state (Redis): a repair made by one instance then
+    /// holds for all, which only have to [`forget_cached`](Self::forget_cached) what they
+    /// remember of the key.
+    fn shared(&self) -> bool {
+        false
+    }
+    /// Forgets what this instance remembers of `key` (a cached refusal) without touching the
+    /// shared state: another instance reset it.
+    fn forget_cached(&self, _key: &str) {}
     /// Drops state that no longer matters.
     fn maintain(&self, now_ms: i64);
     fn len(&self) -> usize;

@@ -1,7 +1,8 @@
 //! The admin API (`/admin/v1/…`): one file per resource — [`session`] (who is calling, login),
 //! [`rulesets`] (versions), [`sandbox`] (regressions, backtests, traces), [`rollout`], [`lists`],
 //! [`audit`], [`settings`], [`keys`] (apps' signing keys), [`decisions`] (the log's read side),
-//! [`subjects`] (what is remembered about an IP, user, device or JA3, and its repair) —
+//! [`subjects`] (what is remembered about an IP, user, device or JA3, and its repair),
+//! [`repairs`] (rate-limit keys, circuit breakers, the repairs recorded) —
 //! routed in [`configure`] below.
 //! Every route checks its role first; see `docs/api.md`.
 
@@ -9,12 +10,15 @@ mod audit;
 mod decisions;
 mod keys;
 mod lists;
+mod repairs;
 mod rollout;
 mod rulesets;
 mod sandbox;
 mod session;
 mod settings;
 mod subjects;
+
+pub use repairs::{BreakerRepair, LimitReset};
 
 use actix_web::{web, HttpRequest};
 
@@ -124,6 +128,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             r("/admin/v1/subjects/{kind}/{value}/reputation/reset")
                 .route(web::post().to(subjects::reset_reputation)),
         )
+        .service(r("/admin/v1/limits/reset").route(web::post().to(repairs::reset_limit)))
+        .service(r("/admin/v1/breakers").route(web::get().to(repairs::breakers)))
+        .service(r("/admin/v1/breakers/close").route(web::post().to(repairs::close_breaker)))
+        .service(r("/admin/v1/breakers/open").route(web::post().to(repairs::open_breaker)))
+        .service(r("/admin/v1/repairs").route(web::get().to(repairs::list)))
         .service(
             r("/admin/v1/apps/{app}/keys")
                 .route(web::get().to(keys::list))

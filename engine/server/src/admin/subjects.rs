@@ -119,8 +119,9 @@ pub(super) async fn get(
 }
 
 /// `POST /admin/v1/subjects/{kind}/{value}/reputation/reset` (author): forgets the subject's
-/// reputation, audited. With Redis state every instance reads the reset at once; with local
-/// state it applies to this instance.
+/// reputation, audited, here and within `poll_ms` on every instance (with Redis state: reset
+/// once in Redis, the others forget their cached refusals; with local state: each instance
+/// resets its own).
 pub(super) async fn reset_reputation(
     rt: web::Data<Runtime>,
     req: HttpRequest,
@@ -133,21 +134,19 @@ pub(super) async fn reset_reputation(
         .rule_state
         .reputation(rep_kind, value, now)
         .map_err(|e| ApiError::new(503, "STORE_UNAVAILABLE", e.to_string()))?;
-    rt.rule_state
-        .reset_reputation(rep_kind, value)
-        .map_err(|e| ApiError::new(503, "STORE_UNAVAILABLE", e.to_string()))?;
-    let target = format!("{}:{value}", path.0);
-    rt.control.audit(
+    let repair = rt.control.repair(
+        &rt.host(),
         &who,
-        "subject.reputation.reset",
-        &target,
+        crate::control::Repair::Reputation {
+            subject: rep_kind.to_string(),
+            value: value.to_string(),
+        },
         Some(before.to_string()),
-        Some("0".into()),
-        json!({ "instance": &*rt.instance }),
-    );
+    )?;
     Ok(HttpResponse::Ok().json(json!({
         "kind": path.0,
         "value": value,
         "reputation": { "before": before, "points": 0 },
+        "repair": repair,
     })))
 }

@@ -16,7 +16,8 @@ pub struct AuditEntry {
     pub via: String,
     /// e.g. `ruleset.upload`, `rollout.stage`, `rollout.approve`, `rollout.rollback`,
     /// `rollout.auto-rollback`, `ruleset.activate`, `list.add`, `list.remove`, `key.add`,
-    /// `key.approve`, `key.retire`, `login`, `logout`, `settings.log-level`.
+    /// `key.approve`, `key.retire`, `login`, `logout`, `settings.log-level`,
+    /// `subject.reputation.reset`, `limit.reset`, `breaker.close`, `breaker.open`.
     pub action: String,
     pub target: String,
     /// Hash of what the action replaced (e.g. the stable version before), if any.

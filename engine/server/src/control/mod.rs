@@ -10,6 +10,7 @@
 pub(crate) mod audit;
 mod keys;
 mod lists;
+mod repairs;
 mod rollout;
 pub mod store;
 mod versions;
@@ -27,6 +28,7 @@ use store::ControlStore;
 pub use audit::{Audit, AuditEntry};
 pub use keys::{CreatedKey, KeyEntry, NewKey, RetiredKey};
 pub use lists::{ListEntry, NewListEntry};
+pub use repairs::{Repair, RepairEntry};
 pub use rollout::{CandidateState, RolloutEvent, StageRequest};
 pub use versions::{Provenance, VersionDoc, VersionMeta};
 
@@ -62,6 +64,9 @@ pub struct ControlState {
     pub keys: Vec<KeyEntry>,
     pub keys_version: u64,
     pub history: Vec<RolloutEvent>,
+    /// Operators' repairs of live state, the last ones ([`repairs`]).
+    pub repairs: Vec<RepairEntry>,
+    pub next_repair_id: u64,
 }
 
 impl ControlState {
@@ -83,6 +88,9 @@ struct Applied {
     next_expiry_ms: Option<i64>,
     /// The keys version applied, once any was.
     keys_version: Option<u64>,
+    /// The last repair applied (None until the first state was read: the repairs recorded
+    /// before this instance started are taken as done).
+    repair_id: Option<u64>,
 }
 
 /// The control plane of one instance.
@@ -98,6 +106,8 @@ pub struct Control {
     applied: Mutex<Applied>,
     /// Serialises this instance's changes (the store's compare-and-set covers other instances).
     write: Mutex<()>,
+    /// This process, in the repairs it records (instances may share a name).
+    process: String,
 }
 
 fn conflict(code: &'static str, msg: impl Into<String>) -> ApiError {
@@ -139,6 +149,11 @@ impl Control {
             compiled: Mutex::new(versions::Compiled::new(cfg.compiled_versions)),
             applied: Mutex::new(Applied::default()),
             write: Mutex::new(()),
+            process: {
+                let mut b = [0u8; 8];
+                let _ = getrandom::getrandom(&mut b);
+                hex::encode(b)
+            },
         })
     }
 }
@@ -219,6 +234,16 @@ impl Control {
             tracing::info!(candidate = ?want.map(|c| (&c.version, &c.stage, c.percent)), "candidate changed");
         }
         let mut a = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+        let last = state.repairs.last().map_or(0, |r| r.id);
+        match a.repair_id {
+            None => a.repair_id = Some(state.next_repair_id.max(last)),
+            Some(done) => {
+                for e in state.repairs.iter().filter(|e| e.id > done) {
+                    self.apply_repair(rt, e);
+                }
+                a.repair_id = Some(done.max(last));
+            }
+        }
         let now = now_ms();
         if a.lists_version != state.lists_version
             || a.next_expiry_ms.is_some_and(|t| t <= now)

@@ -15,6 +15,7 @@ use rampart_core::{Action, Code};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 
+use crate::admin::{BreakerRepair, LimitReset};
 use crate::control::{CreatedKey, NewKey, NewListEntry, RetiredKey, StageRequest};
 use crate::http::{DecisionOut, Outcome, RulesetRef};
 
@@ -603,6 +604,72 @@ op!(
     )
 );
 op!(
+    limits_reset,
+    post,
+    path = "/admin/v1/limits/reset",
+    tag = "admin",
+    request_body = LimitReset,
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    responses(
+        (
+            status = 200,
+            description = "Cleared here and, within poll_ms, on every instance (audited)"
+        ),
+        (status = 400, body = ErrorBody),
+        (
+            status = 503,
+            description = "The store cannot be reached",
+            body = ErrorBody
+        )
+    )
+);
+op!(
+    breakers_get,
+    get,
+    path = "/admin/v1/breakers",
+    tag = "admin",
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    responses((status = 200, description = "This instance's circuit breakers: state, error and slow ratios, when an open one probes"))
+);
+op!(
+    breakers_close,
+    post,
+    path = "/admin/v1/breakers/close",
+    tag = "admin",
+    request_body = BreakerRepair,
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    responses(
+        (
+            status = 200,
+            description = "Closed here and, within poll_ms, on every instance (audited)"
+        ),
+        (status = 400, body = ErrorBody)
+    )
+);
+op!(
+    breakers_open,
+    post,
+    path = "/admin/v1/breakers/open",
+    tag = "admin",
+    request_body = BreakerRepair,
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    responses(
+        (status = 200, description = "Opened here and, within poll_ms, on every instance, for for_ms or until closed (audited)"),
+        (status = 400, body = ErrorBody)
+    )
+);
+op!(
+    repairs_list,
+    get,
+    path = "/admin/v1/repairs",
+    tag = "admin",
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    responses((
+        status = 200,
+        description = "The last repairs recorded, newest first (at most 256)"
+    ))
+);
+op!(
     subjects_get,
     get,
     path = "/admin/v1/subjects/{kind}/{value}",
@@ -803,13 +870,14 @@ impl Modify for Security {
         ruleset_diff, ruleset_regress, ruleset_backtest, ruleset_validate, ruleset_trace,
         ruleset_activate, settings_get, rollout_get,
         rollout_stage, rollout_approve, rollout_rollback, lists_get, lists_add, lists_remove,
-        audit, subjects_get, subjects_reset_reputation, log_level_get, log_level_put, keys_list, keys_add, keys_retire_query, keys_retire,
+        audit, subjects_get, subjects_reset_reputation, limits_reset, breakers_get, breakers_close,
+        breakers_open, repairs_list, log_level_get, log_level_put, keys_list, keys_add, keys_retire_query, keys_retire,
         keys_approve
     ),
     components(schemas(
         DecideRequest, JudgedRequest, ClientInfo, DecisionOut, RulesetRef, Action, Code, Reason,
         ShadowHit, ErrorBody, ErrorDetail, Outcome, TimeAnswer, StageRequest, CanaryFilter,
-        NewListEntry, ListAction, ListKind, NewKey, CreatedKey, RetiredKey
+        NewListEntry, ListAction, ListKind, NewKey, CreatedKey, RetiredKey, LimitReset, BreakerRepair
     )),
     modifiers(&Security)
 )]

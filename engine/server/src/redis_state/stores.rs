@@ -768,6 +768,14 @@ impl LimiterStore for RedisLimiter {
         });
     }
 
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn forget_cached(&self, key: &str) {
+        self.refusals.forget(key);
+    }
+
     fn reset(&self, key: &str) -> Result<bool, StoreError> {
         self.refusals.forget(key);
         let part = key_part(key);

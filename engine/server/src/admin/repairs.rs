@@ -1,0 +1,188 @@
+//! Repairs of live state other than a subject's reputation ([`super::subjects`]), each audited
+//! and applied on every instance within `[admin] poll_ms` ([`crate::control::Repair`]):
+//! `POST /admin/v1/limits/reset` (one rate-limit or counter key), `GET /admin/v1/breakers` (this
+//! instance's circuit breakers), `POST /admin/v1/breakers/close` and `…/open`, and
+//! `GET /admin/v1/repairs` (the last repairs recorded).
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{authorize, json_body, store};
+use crate::auth::Role;
+use crate::clock::now_ms;
+use crate::control::Repair;
+use crate::error::ApiError;
+use crate::runtime::Runtime;
+use rampart_core::store::breaker::State;
+
+fn invalid(msg: impl Into<String>) -> ApiError {
+    ApiError::new(400, "INVALID_FIELD", msg)
+}
+
+/// `POST /admin/v1/limits/reset`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitReset {
+    /// The key as the rule gave it to `rate_limit`, `count` or `rate_limit_ip`'s own key
+    /// (e.g. `user:alice`).
+    pub key: String,
+}
+
+/// `POST /admin/v1/limits/reset` (author): clears one rate limit and sliding window.
+pub(super) async fn reset_limit(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let who = authorize(&rt, &req, Role::Author)?;
+    let b: LimitReset = json_body(&rt, &req, payload).await?;
+    if b.key.is_empty() || b.key.len() > 512 {
+        return Err(invalid("key must be 1–512 bytes"));
+    }
+    let e = rt
+        .control
+        .repair(&rt.host(), &who, Repair::Limit { key: b.key.clone() }, None)?;
+    Ok(HttpResponse::Ok().json(json!({ "key": b.key, "repair": e })))
+}
+
+/// `POST /admin/v1/breakers/close` and `…/open`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerRepair {
+    pub app: String,
+    /// The route the rule watches (the request path `breaker(req, …)` was called with).
+    pub route: String,
+    /// `open` only: how long it stays open (then probes as after a trip); absent = until
+    /// closed.
+    #[serde(default)]
+    pub for_ms: Option<i64>,
+}
+
+fn breaker_repair(b: &BreakerRepair) -> Result<(), ApiError> {
+    if b.app.is_empty() || b.app.len() > 64 {
+        return Err(invalid("app must be 1–64 bytes"));
+    }
+    if !b.route.starts_with('/') || b.route.len() > 1024 {
+        return Err(invalid(
+            "route must be a path (starting with /, at most 1024 bytes)",
+        ));
+    }
+    Ok(())
+}
+
+/// `POST /admin/v1/breakers/close` (author).
+pub(super) async fn close_breaker(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let who = authorize(&rt, &req, Role::Author)?;
+    let b: BreakerRepair = json_body(&rt, &req, payload).await?;
+    breaker_repair(&b)?;
+    if b.for_ms.is_some() {
+        return Err(invalid("for_ms is for opening a breaker"));
+    }
+    let e = rt.control.repair(
+        &rt.host(),
+        &who,
+        Repair::Breaker {
+            app: b.app,
+            route: b.route,
+            open_until_ms: None,
+        },
+        None,
+    )?;
+    Ok(HttpResponse::Ok().json(json!({ "repair": e })))
+}
+
+/// `POST /admin/v1/breakers/open` (author): refuses the route's requests (`CIRCUIT_OPEN`) on every
+/// instance, for `for_ms` or until closed.
+pub(super) async fn open_breaker(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let who = authorize(&rt, &req, Role::Author)?;
+    let b: BreakerRepair = json_body(&rt, &req, payload).await?;
+    breaker_repair(&b)?;
+    let until = match b.for_ms {
+        Some(ms) if ms <= 0 => return Err(invalid("for_ms must be positive")),
+        Some(ms) => now_ms().saturating_add(ms),
+        None => i64::MAX,
+    };
+    let e = rt.control.repair(
+        &rt.host(),
+        &who,
+        Repair::Breaker {
+            app: b.app,
+            route: b.route,
+            open_until_ms: Some(until),
+        },
+        None,
+    )?;
+    Ok(HttpResponse::Ok().json(json!({ "repair": e })))
+}
+
+/// `GET /admin/v1/breakers` (viewer): this instance's breakers (each instance keeps its own, fed
+/// by the outcomes reported to it).
+pub(super) async fn breakers(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&rt, &req, Role::Viewer)?;
+    let now = now_ms();
+    let list: Vec<_> = rt
+        .rule_state
+        .breakers
+        .list(now)
+        .into_iter()
+        .map(|b| {
+            let (app, route) = b.key.split_once('\u{0}').unwrap_or(("", &b.key));
+            let (state, until) = match b.state {
+                State::Closed => ("closed", None),
+                State::Open { until } => ("open", (until != i64::MAX).then_some(until)),
+                State::HalfOpen { .. } => ("half-open", None),
+            };
+            let ratio = |x: f64| {
+                if b.requests > 0.0 {
+                    (x / b.requests * 1000.0).round() / 1000.0
+                } else {
+                    0.0
+                }
+            };
+            json!({
+                "app": app,
+                "route": route,
+                "state": state,
+                // When it probes again (absent: closed, half-open, or open until closed).
+                "open_until_ms": until,
+                "requests": b.requests.round(),
+                "error_ratio": ratio(b.errors),
+                "slow_ratio": ratio(b.slow),
+                "config": {
+                    "window_ms": b.cfg.window_ms,
+                    "min_requests": b.cfg.min_requests,
+                    "error_ratio": b.cfg.error_ratio,
+                    "slow_ms": b.cfg.slow_ms,
+                    "slow_ratio": b.cfg.slow_ratio,
+                    "open_ms": b.cfg.open_ms,
+                },
+            })
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({ "instance": &*rt.instance, "breakers": list })))
+}
+
+/// `GET /admin/v1/repairs` (viewer): the last repairs recorded (at most 256; the audit log keeps
+/// every one).
+pub(super) async fn list(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&rt, &req, Role::Viewer)?;
+    let s = rt.control.store.load().map_err(store)?;
+    let mut repairs = s.repairs;
+    repairs.reverse();
+    Ok(HttpResponse::Ok().json(json!({ "repairs": repairs })))
+}
