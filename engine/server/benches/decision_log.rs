@@ -89,39 +89,12 @@ fn row(i: u64, t0: i64) -> ChRow {
 fn rows_per_second(ch: &ClickHouseServer) {
     let n = env("BENCH_ROWS", 2_000_000);
     ch.query("CREATE DATABASE IF NOT EXISTS bench").unwrap();
-    let dir = temp_dir("bench-chlog");
-    let settings = ChSettings {
-        url: ch.url(),
-        database: "bench".into(),
-        user: String::new(),
-        password: String::new(),
-        batch_rows: 100_000,
-        batch_ms: 1_000,
-        timeout: Duration::from_secs(60),
-        retry_ms: 1_000,
-        spool_dir: dir.join("spool"),
-        spool_max_bytes: 1 << 30,
-        on_spool_full: SpoolFull::DropNewest,
-        cluster: None,
-    };
-    rampart::declog::clickhouse::migrate(&settings).unwrap();
-    let metrics = Arc::new(Metrics::new("bench"));
-    let mut sink = ChSink::open(settings, metrics.clone()).unwrap();
-    let t0 = now_ms();
-    let rows: Vec<ChRow> = (0..n).map(|i| row(i, t0)).collect();
-    let started = Instant::now();
-    for chunk in rows.chunks(100_000) {
-        sink.push(chunk.iter().cloned());
-    }
-    sink.flush();
-    let took = started.elapsed();
+    let (took, _) = timed_insert(ch.url(), None, "bench", n, ch);
     let stored = ch.count("SELECT count() FROM bench.rampart_decisions");
     assert_eq!(stored, n, "every row stored");
-    assert_eq!(metrics.log_spooled.get(), 0, "nothing spooled");
     println!(
-        "rows into ClickHouse: {n} rows in {:.2} s = {:.0} rows/s (batches of 100000, target ≥ 200000)",
-        took.as_secs_f64(),
-        n as f64 / took.as_secs_f64()
+        "rows into ClickHouse: {n} rows in {took:.2} s = {:.0} rows/s (batches of 100000, target ≥ 200000)",
+        n as f64 / took
     );
 }
 

@@ -4,39 +4,27 @@
 //! throttling and the regression endpoint.
 
 mod support;
+#[path = "support/users.rs"]
+mod users;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use base64ct::Encoding;
 use serde_json::{json, Value};
 use support::{agent, now_ms, temp_dir, Call, Engine, RedisServer};
+use users::basic;
 
 const SECRET: &[u8] = b"admin-test-secret";
 
 /// Users: vera (viewer), alice (author), bob (approver), root (admin); password = name + "-pw".
 fn users() -> String {
-    let mut s = String::new();
-    for (name, role) in [
+    users::admin_users(&[
         ("vera", "viewer"),
         ("alice", "author"),
         ("bob", "approver"),
         ("carol", "approver"),
         ("root", "admin"),
-    ] {
-        let h = rampart::auth::hash_password(&format!("{name}-pw")).unwrap();
-        s.push_str(&format!(
-            "[[admin.users]]\nname = \"{name}\"\nrole = \"{role}\"\npassword_hash = \"{h}\"\n"
-        ));
-    }
-    s
-}
-
-fn basic(user: &str) -> String {
-    format!(
-        "Basic {}",
-        base64ct::Base64::encode_string(format!("{user}:{user}-pw").as_bytes())
-    )
+    ])
 }
 
 fn rule(name: &str, body: &str) -> String {

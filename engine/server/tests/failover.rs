@@ -263,12 +263,7 @@ fn scenario(cluster: &mut RedisCluster, dir: &Path, nodes: &str, mode: &str) -> 
 fn a_failover_forgets_accepted_nonces_unless_replicas_acknowledged_them() {
     let mut cluster = RedisCluster::start_replicated(3);
     let dir = temp_dir("failover");
-    let nodes = cluster
-        .urls()
-        .iter()
-        .map(|u| format!("\"{u}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let nodes = cluster.toml_nodes();
     for mode in ["bloom", "exact"] {
         let (plain, acked) = scenario(&mut cluster, &dir, &nodes, mode);
         // Plain asynchronous replication: every request was accepted, and the ones whose nonce

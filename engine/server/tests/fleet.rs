@@ -11,36 +11,23 @@
 //!   from the log.
 
 mod support;
+#[path = "support/users.rs"]
+mod users;
 
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use base64ct::Encoding;
 use serde_json::{json, Value};
-use support::{agent, free_port, nonce, now_ms, temp_dir, Call, ClickHouseCluster, Engine};
+use support::{agent, free_port, nonce, now_ms, temp_dir, Call, ClickHouseCluster, Engine, Nginx};
+use users::basic;
 
 const SECRET: &str = "fleet-test-secret";
 const POLL_MS: u64 = 100;
 
 /// Users: alice (author), bob (approver); password = name + "-pw".
 fn users() -> String {
-    let mut s = String::new();
-    for (name, role) in [("alice", "author"), ("bob", "approver")] {
-        let h = rampart::auth::hash_password(&format!("{name}-pw")).unwrap();
-        s.push_str(&format!(
-            "[[admin.users]]\nname = \"{name}\"\nrole = \"{role}\"\npassword_hash = \"{h}\"\n"
-        ));
-    }
-    s
-}
-
-fn basic(user: &str) -> String {
-    format!(
-        "Basic {}",
-        base64ct::Base64::encode_string(format!("{user}:{user}-pw").as_bytes())
-    )
+    users::admin_users(&[("alice", "author"), ("bob", "approver")])
 }
 
 fn rule(name: &str, body: &str) -> String {
@@ -65,60 +52,26 @@ fn config(dir: &std::path::Path, name: &str, ch_url: &str, nodes: &str) -> Strin
     )
 }
 
-struct Nginx(Child);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// nginx on `listen`, round robin over `upstreams`; a request an instance refuses to connect
 /// is sent to the next one (`proxy_next_upstream error`: nothing reached the refusing instance,
 /// so trying the next cannot judge a request twice). Each answer names its instance
 /// (`x-upstream`).
 fn nginx(dir: &std::path::Path, listen: u16, upstreams: &[String]) -> Nginx {
-    let bin = if std::path::Path::new("/usr/sbin/nginx").exists() {
-        "/usr/sbin/nginx"
-    } else {
-        "nginx"
-    };
-    assert!(
-        Command::new(bin).arg("-v").output().is_ok(),
-        "nginx is not installed (scripts/test.sh installs the Debian package)"
-    );
-    let d = dir.display();
     let servers: String = upstreams
         .iter()
         .map(|u| format!("    server {u} max_fails=0;\n"))
         .collect();
-    let conf = format!(
-        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
-         error_log {d}/nginx-error.log warn;\nevents {{ worker_connections 256; }}\n\
-         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
-         fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-         upstream rampart {{\n{servers}    keepalive 16;\n  }}\n\
-         server {{\n    listen 127.0.0.1:{listen};\n    location / {{\n\
-         proxy_pass http://rampart;\n      proxy_http_version 1.1;\n\
-         proxy_set_header Connection \"\";\n      proxy_next_upstream error non_idempotent;\n\
-         add_header x-upstream $upstream_addr always;\n    }}\n  }}\n}}\n"
-    );
-    let path = dir.join("nginx.conf");
-    std::fs::write(&path, conf).unwrap();
-    let child = Command::new(bin)
-        .args(["-c", path.to_str().unwrap(), "-p", dir.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start nginx");
-    let n = Nginx(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", listen)).is_err() {
-        assert!(Instant::now() < deadline, "nginx did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    n
+    Nginx::start(
+        dir,
+        &format!(
+            "upstream rampart {{\n{servers}    keepalive 16;\n  }}\n\
+             server {{\n    listen 127.0.0.1:{listen};\n    location / {{\n\
+             proxy_pass http://rampart;\n      proxy_http_version 1.1;\n\
+             proxy_set_header Connection \"\";\n      proxy_next_upstream error non_idempotent;\n\
+             add_header x-upstream $upstream_addr always;\n    }}\n  }}"
+        ),
+        listen,
+    )
 }
 
 fn request(tag: &str, i: u64, user: &str) -> Value {
@@ -212,12 +165,7 @@ fn three_instances_behind_nginx_act_as_one() {
         ch.node(0, 1).url(),
     ];
     let dir = temp_dir("fleet");
-    let nodes = cluster
-        .urls()
-        .iter()
-        .map(|u| format!("\"{u}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let nodes = cluster.toml_nodes();
     let names = ["e0", "e1", "e2"];
     let mut fleet: Vec<Engine> = names
         .iter()

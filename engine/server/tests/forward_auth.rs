@@ -9,12 +9,10 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use support::{free_port, now_ms, temp_dir, Engine};
+use support::{free_port, now_ms, temp_dir, Engine, Nginx};
 
 const SECRET: &str = "forward-auth-secret";
 
@@ -48,21 +46,7 @@ fn upstream(hits: Arc<AtomicU64>) -> u16 {
     port
 }
 
-struct Nginx(Child);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn nginx(dir: &std::path::Path, listen: u16, rampart: &str, upstream: u16) -> Nginx {
-    assert!(
-        Command::new("nginx").arg("-v").output().is_ok()
-            || std::path::Path::new("/usr/sbin/nginx").exists(),
-        "nginx is not installed (scripts/test.sh installs the Debian package)"
-    );
     let example = std::fs::read_to_string(format!(
         "{}/../../docs/integration/nginx.conf",
         std::env::var("CARGO_MANIFEST_DIR").unwrap()
@@ -71,38 +55,7 @@ fn nginx(dir: &std::path::Path, listen: u16, rampart: &str, upstream: u16) -> Ng
     .replace("127.0.0.1:8080", rampart)
     .replace("127.0.0.1:9000", &format!("127.0.0.1:{upstream}"))
     .replace("listen 80;", &format!("listen 127.0.0.1:{listen};"));
-    let d = dir.display();
-    let conf = format!(
-        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
-         error_log {d}/error.log warn;\nevents {{ worker_connections 256; }}\n\
-         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
-         fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-         {example}\n}}\n"
-    );
-    let path = dir.join("nginx.conf");
-    std::fs::write(&path, conf).unwrap();
-    let nginx_bin = if std::path::Path::new("/usr/sbin/nginx").exists() {
-        "/usr/sbin/nginx"
-    } else {
-        "nginx"
-    };
-    let child = Command::new(nginx_bin)
-        .args(["-c", path.to_str().unwrap(), "-p", dir.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start nginx");
-    let n = Nginx(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", listen)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "nginx did not start: {}",
-            std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    n
+    Nginx::start(dir, &example, listen)
 }
 
 #[test]

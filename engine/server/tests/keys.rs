@@ -7,34 +7,22 @@
 //! any answer, listing or audit entry.
 
 mod support;
+#[path = "support/users.rs"]
+mod users;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use base64ct::Encoding;
 use rampart_core::replay::sign::{sign_many, ToSign};
 use serde_json::{json, Value};
 use support::{agent, now_ms, temp_dir, Engine, RedisServer};
+use users::basic;
 
 const POLL_MS: u64 = 200;
 
 /// root and ada are admins, vera a viewer; password = name + "-pw".
 fn users() -> String {
-    let mut s = String::new();
-    for (name, role) in [("root", "admin"), ("ada", "admin"), ("vera", "viewer")] {
-        let h = rampart::auth::hash_password(&format!("{name}-pw")).unwrap();
-        s.push_str(&format!(
-            "[[admin.users]]\nname = \"{name}\"\nrole = \"{role}\"\npassword_hash = \"{h}\"\n"
-        ));
-    }
-    s
-}
-
-fn basic(user: &str) -> String {
-    format!(
-        "Basic {}",
-        base64ct::Base64::encode_string(format!("{user}:{user}-pw").as_bytes())
-    )
+    users::admin_users(&[("root", "admin"), ("ada", "admin"), ("vera", "viewer")])
 }
 
 /// App `shop`: the plain secret (key `default`, retiring in an hour), `k2` (valid now), `k3`

@@ -68,6 +68,16 @@ struct Breaker {
 }
 
 impl Breaker {
+    fn new(cfg: BreakerConfig, now: i64) -> Breaker {
+        Breaker {
+            cfg,
+            state: State::Closed,
+            start: now.div_euclid(cfg.window_ms.max(1)) * cfg.window_ms.max(1),
+            cur: Counts::default(),
+            prev: Counts::default(),
+        }
+    }
+
     fn roll(&mut self, now: i64) {
         let w = self.cfg.window_ms.max(1);
         let aligned = now.div_euclid(w) * w;
@@ -161,13 +171,9 @@ impl LocalBreakers {
                 return true;
             }
         }
-        let b = map.entry(key.to_string()).or_insert_with(|| Breaker {
-            cfg,
-            state: State::Closed,
-            start: now.div_euclid(cfg.window_ms.max(1)) * cfg.window_ms.max(1),
-            cur: Counts::default(),
-            prev: Counts::default(),
-        });
+        let b = map
+            .entry(key.to_string())
+            .or_insert_with(|| Breaker::new(cfg, now));
         b.cfg = cfg;
         b.roll(now);
         match b.state {
@@ -242,14 +248,10 @@ impl LocalBreakers {
                 if !had && map.len() >= self.max {
                     map.retain(|_, b| !b.blank(now));
                 }
-                let cfg = BreakerConfig::default();
-                let b = map.entry(key.to_string()).or_insert_with(|| Breaker {
-                    cfg,
-                    state: State::Closed,
-                    start: now.div_euclid(cfg.window_ms.max(1)) * cfg.window_ms.max(1),
-                    cur: Counts::default(),
-                    prev: Counts::default(),
-                });
+                // The rule's thresholds replace the defaults at its next request.
+                let b = map
+                    .entry(key.to_string())
+                    .or_insert_with(|| Breaker::new(BreakerConfig::default(), now));
                 b.state = State::Open { until };
             }
         }

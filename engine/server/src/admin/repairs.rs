@@ -59,7 +59,15 @@ pub struct BreakerRepair {
     pub for_ms: Option<i64>,
 }
 
-fn breaker_repair(b: &BreakerRepair) -> Result<(), ApiError> {
+/// Closes (`open` false) or opens the breaker the body names, on every instance.
+async fn force_breaker(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    payload: web::Payload,
+    open: bool,
+) -> Result<HttpResponse, ApiError> {
+    let who = authorize(&rt, &req, Role::Author)?;
+    let b: BreakerRepair = json_body(&rt, &req, payload).await?;
     if b.app.is_empty() || b.app.len() > 64 {
         return Err(invalid("app must be 1–64 bytes"));
     }
@@ -68,7 +76,24 @@ fn breaker_repair(b: &BreakerRepair) -> Result<(), ApiError> {
             "route must be a path (starting with /, at most 1024 bytes)",
         ));
     }
-    Ok(())
+    let open_until_ms = match (open, b.for_ms) {
+        (false, Some(_)) => return Err(invalid("for_ms is for opening a breaker")),
+        (false, None) => None,
+        (true, Some(ms)) if ms <= 0 => return Err(invalid("for_ms must be positive")),
+        (true, Some(ms)) => Some(now_ms().saturating_add(ms)),
+        (true, None) => Some(i64::MAX),
+    };
+    let e = rt.control.repair(
+        &rt.host(),
+        &who,
+        Repair::Breaker {
+            app: b.app,
+            route: b.route,
+            open_until_ms,
+        },
+        None,
+    )?;
+    Ok(HttpResponse::Ok().json(json!({ "repair": e })))
 }
 
 /// `POST /admin/v1/breakers/close` (author).
@@ -77,51 +102,17 @@ pub(super) async fn close_breaker(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let who = authorize(&rt, &req, Role::Author)?;
-    let b: BreakerRepair = json_body(&rt, &req, payload).await?;
-    breaker_repair(&b)?;
-    if b.for_ms.is_some() {
-        return Err(invalid("for_ms is for opening a breaker"));
-    }
-    let e = rt.control.repair(
-        &rt.host(),
-        &who,
-        Repair::Breaker {
-            app: b.app,
-            route: b.route,
-            open_until_ms: None,
-        },
-        None,
-    )?;
-    Ok(HttpResponse::Ok().json(json!({ "repair": e })))
+    force_breaker(rt, req, payload, false).await
 }
 
-/// `POST /admin/v1/breakers/open` (author): refuses the route's requests (`CIRCUIT_OPEN`) on every
-/// instance, for `for_ms` or until closed.
+/// `POST /admin/v1/breakers/open` (author): refuses the route's requests (the rule's
+/// `circuit_open(req, …)` is true) on every instance, for `for_ms` or until closed.
 pub(super) async fn open_breaker(
     rt: web::Data<Runtime>,
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let who = authorize(&rt, &req, Role::Author)?;
-    let b: BreakerRepair = json_body(&rt, &req, payload).await?;
-    breaker_repair(&b)?;
-    let until = match b.for_ms {
-        Some(ms) if ms <= 0 => return Err(invalid("for_ms must be positive")),
-        Some(ms) => now_ms().saturating_add(ms),
-        None => i64::MAX,
-    };
-    let e = rt.control.repair(
-        &rt.host(),
-        &who,
-        Repair::Breaker {
-            app: b.app,
-            route: b.route,
-            open_until_ms: Some(until),
-        },
-        None,
-    )?;
-    Ok(HttpResponse::Ok().json(json!({ "repair": e })))
+    force_breaker(rt, req, payload, true).await
 }
 
 /// `GET /admin/v1/breakers` (viewer): this instance's breakers (each instance keeps its own, fed

@@ -240,9 +240,23 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start(n: usize) -> RedisCluster {
+        let c = Self::create(n, 0, &[]);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for s in &c.nodes {
+            while !s.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+                assert!(Instant::now() < deadline, "cluster did not become ok");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        c
+    }
+
+    /// `masters × (1 + replicas)` nodes started with `extra` and joined by `redis-cli --cluster
+    /// create`.
+    fn create(masters: usize, replicas: usize, extra: &[&str]) -> RedisCluster {
         need("redis-cli");
-        let nodes: Vec<RedisServer> = (0..n)
-            .map(|_| RedisServer::start_on(free_port(), true))
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
+            .map(|_| RedisServer::start_with(free_port(), true, extra))
             .collect();
         let addrs: Vec<String> = nodes
             .iter()
@@ -252,7 +266,7 @@ impl RedisCluster {
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli --cluster create");
         assert!(
@@ -260,14 +274,17 @@ impl RedisCluster {
             "cluster create failed: {}",
             String::from_utf8_lossy(&out.stdout)
         );
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for s in &nodes {
-            while !s.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
-                assert!(Instant::now() < deadline, "cluster did not become ok");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
         RedisCluster { nodes }
+    }
+
+    /// The nodes as a TOML array's items (`"redis://…", "redis://…"`), for
+    /// `[state] redis_cluster_nodes`.
+    pub fn toml_nodes(&self) -> String {
+        self.urls()
+            .iter()
+            .map(|u| format!("\"{u}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// `masters` masters with one replica each (`--cluster-replicas 1`), failing over fast: a
@@ -275,33 +292,13 @@ impl RedisCluster {
     /// (`cluster-replica-validity-factor 0`), which is what lets a test show a failover that
     /// forgets writes.
     pub fn start_replicated(masters: usize) -> RedisCluster {
-        need("redis-cli");
         let extra = [
             "--cluster-node-timeout",
             "1000",
             "--cluster-replica-validity-factor",
             "0",
         ];
-        let nodes: Vec<RedisServer> = (0..masters * 2)
-            .map(|_| RedisServer::start_with(free_port(), true, &extra))
-            .collect();
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|s| format!("127.0.0.1:{}", s.port))
-            .collect();
-        let out = Command::new("redis-cli")
-            .arg("--cluster")
-            .arg("create")
-            .args(&addrs)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .expect("redis-cli --cluster create");
-        assert!(
-            out.status.success(),
-            "cluster create failed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        let c = RedisCluster { nodes };
+        let c = Self::create(masters, 1, &extra);
         c.wait_replicated(masters);
         c
     }
@@ -651,6 +648,59 @@ impl ClickHouseCluster {
     /// The server of replica `r` (0-based) of shard `s` (0-based).
     pub fn node(&mut self, s: usize, r: usize) -> &mut ClickHouseServer {
         &mut self.nodes[s * self.replicas + r]
+    }
+}
+
+/// An nginx (Debian's `nginx-light`) on loopback, in the foreground, killed when dropped.
+pub struct Nginx(Child);
+
+impl Nginx {
+    /// Runs nginx with `http` as the body of its `http { … }` block (logs and temporary files
+    /// in `dir`) and waits until `listen` accepts connections.
+    pub fn start(dir: &Path, http: &str, listen: u16) -> Nginx {
+        let bin = if Path::new("/usr/sbin/nginx").exists() {
+            "/usr/sbin/nginx"
+        } else {
+            "nginx"
+        };
+        assert!(
+            Command::new(bin).arg("-v").output().is_ok(),
+            "nginx is not installed (scripts/test.sh installs the Debian package)"
+        );
+        let d = dir.display();
+        let conf = format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+             error_log {d}/nginx-error.log warn;\nevents {{ worker_connections 256; }}\n\
+             http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+             fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+             {http}\n}}\n"
+        );
+        let path = dir.join("nginx.conf");
+        std::fs::write(&path, conf).unwrap();
+        let child = Command::new(bin)
+            .args(["-c", path.to_str().unwrap(), "-p", dir.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nginx");
+        let n = Nginx(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", listen)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "nginx did not start: {}",
+                std::fs::read_to_string(dir.join("nginx-error.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        n
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
