@@ -18,8 +18,6 @@ mod session;
 mod settings;
 mod subjects;
 
-pub use repairs::{BreakerRepair, LimitReset};
-
 use actix_web::{web, HttpRequest};
 
 use crate::error::ApiError;

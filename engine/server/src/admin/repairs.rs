@@ -5,28 +5,18 @@
 //! `GET /admin/v1/repairs` (the last repairs recorded).
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde::Deserialize;
 use serde_json::json;
 
 use super::{authorize, json_body, store};
 use crate::auth::Role;
 use crate::clock::now_ms;
-use crate::control::Repair;
+use crate::control::{BreakerRepair, LimitReset, Repair};
 use crate::error::ApiError;
 use crate::runtime::Runtime;
 use rampart_core::store::breaker::State;
 
 fn invalid(msg: impl Into<String>) -> ApiError {
     ApiError::new(400, "INVALID_FIELD", msg)
-}
-
-/// `POST /admin/v1/limits/reset`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LimitReset {
-    /// The key as the rule gave it to `rate_limit`, `count` or `rate_limit_ip`'s own key
-    /// (e.g. `user:alice`).
-    pub key: String,
 }
 
 /// `POST /admin/v1/limits/reset` (author): clears one rate limit and sliding window.
@@ -44,19 +34,6 @@ pub(super) async fn reset_limit(
         .control
         .repair(&rt.host(), &who, Repair::Limit { key: b.key.clone() }, None)?;
     Ok(HttpResponse::Ok().json(json!({ "key": b.key, "repair": e })))
-}
-
-/// `POST /admin/v1/breakers/close` and `…/open`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct BreakerRepair {
-    pub app: String,
-    /// The route the rule watches (the request path `breaker(req, …)` was called with).
-    pub route: String,
-    /// `open` only: how long it stays open (then probes as after a trip); absent = until
-    /// closed.
-    #[serde(default)]
-    pub for_ms: Option<i64>,
 }
 
 /// Closes (`open` false) or opens the breaker the body names, on every instance.

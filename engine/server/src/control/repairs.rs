@@ -24,6 +24,31 @@ use crate::error::ApiError;
 /// How many repairs the control state keeps (the audit log keeps everything).
 pub(super) const REPAIRS_CAP: usize = 256;
 
+// The admin API's request bodies (here, like the other resources' bodies, so that the OpenAPI
+// document need not import the admin module).
+
+/// `POST /admin/v1/limits/reset`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitReset {
+    /// The key as the rule gave it to `rate_limit`, `count` or `rate_limit_ip`'s own key
+    /// (e.g. `user:alice`).
+    pub key: String,
+}
+
+/// `POST /admin/v1/breakers/close` and `…/open`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerRepair {
+    pub app: String,
+    /// The route the rule watches (the request path `breaker(req, …)` was called with).
+    pub route: String,
+    /// `open` only: how long it stays open (then probes as after a trip); absent = until
+    /// closed.
+    #[serde(default)]
+    pub for_ms: Option<i64>,
+}
+
 /// What to repair.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -15,8 +15,9 @@ use rampart_core::{Action, Code};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 
-use crate::admin::{BreakerRepair, LimitReset};
-use crate::control::{CreatedKey, NewKey, NewListEntry, RetiredKey, StageRequest};
+use crate::control::{
+    BreakerRepair, CreatedKey, LimitReset, NewKey, NewListEntry, RetiredKey, StageRequest,
+};
 use crate::http::{DecisionOut, Outcome, RulesetRef};
 
 /// An error of the call itself.
