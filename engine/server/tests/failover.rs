@@ -224,6 +224,20 @@ fn scenario(cluster: &mut RedisCluster, dir: &Path, nodes: &str, mode: &str) -> 
         std::thread::sleep(Duration::from_millis(50));
     }
     let took = t.elapsed();
+    // The promotion reaches the other nodes a moment later; until then a node may still answer
+    // CLUSTERDOWN for the failed master's slots.
+    while !cluster
+        .nodes
+        .iter()
+        .filter(|n| n.alive())
+        .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the cluster did not become ok after the failover"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let back = (
         until_serving(&plain, &format!("p-{mode}-back")),
         until_serving(&acked, &format!("a-{mode}-back")),

@@ -176,6 +176,11 @@ impl RedisServer {
         }
     }
 
+    /// Whether this server was started and not killed.
+    pub fn alive(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// SIGSTOP: the server answers nothing (nor replicates) until [`resume`](Self::resume).
     pub fn pause(&self) {
         self.signal("-STOP");
