@@ -181,26 +181,6 @@ impl RedisServer {
         self.child.is_some()
     }
 
-    /// SIGSTOP: the server answers nothing (nor replicates) until [`resume`](Self::resume).
-    pub fn pause(&self) {
-        self.signal("-STOP");
-    }
-
-    /// SIGCONT after [`pause`](Self::pause).
-    pub fn resume(&self) {
-        self.signal("-CONT");
-    }
-
-    fn signal(&self, sig: &str) {
-        if let Some(c) = &self.child {
-            let ok = Command::new("kill")
-                .args([sig, &c.id().to_string()])
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "kill {sig} redis-server {}", self.port);
-        }
-    }
-
     /// `INFO replication`'s `role` (`master` / `slave`).
     pub fn role(&self) -> String {
         self.cli(&["INFO", "replication"])
