@@ -34,7 +34,7 @@ fn config(nodes: &str, prefix: &str, mode: &str, acks: u32) -> String {
          [fingerprint]\nwindow_ms = 0\n\
          [state]\nbackend = \"redis\"\nredis_cluster_nodes = [{nodes}]\nredis_prefix = \"{prefix}\"\n\
          nonce_mode = \"{mode}\"\nexpected_rps = 1000\nreplica_acks = {acks}\n\
-         replica_ack_timeout_ms = 50\nredis_timeout_ms = 300\n"
+         replica_ack_timeout_ms = 250\nredis_timeout_ms = 1000\n"
     )
 }
 
