@@ -96,12 +96,7 @@ fn wait_for_rows(ch: &ClickHouseServer, db: &str, n: u64) {
 }
 
 fn metric(engine: &Engine, name: &str) -> f64 {
-    engine
-        .metrics()
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")).map(str::to_string))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
+    engine.metric(name)
 }
 
 #[test]

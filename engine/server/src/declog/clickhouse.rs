@@ -78,6 +78,10 @@ pub const CLUSTER_MIGRATIONS: &[(&str, &str)] = &[
         "cluster_0002_decisions_minute",
         include_str!("../../../../dashboards/clickhouse/cluster/0002_decisions_minute.sql"),
     ),
+    (
+        "cluster_0003_decisions_minute_digest",
+        include_str!("../../../../dashboards/clickhouse/cluster/0003_decisions_minute_digest.sql"),
+    ),
 ];
 
 /// The statements of a migration file: split after each `;` that ends a line, without the parts
@@ -293,6 +297,15 @@ pub fn client(s: &ChSettings) -> clickhouse::Client {
     }
     if !s.password.is_empty() {
         c = c.with_password(&s.password);
+    }
+    if s.cluster.is_some() {
+        // An insert into the Distributed table returns once every shard's replica has its rows,
+        // and fails otherwise, so that the batch goes to the spool and is sent again. The
+        // default (asynchronous forwarding from files on the receiving node) loses rows on
+        // 18.16: a send cut by a replica that dies is taken for a broken file ("Attempt to read
+        // after eof") and moved aside for good. A resent batch collapses in the replicated
+        // ReplacingMergeTree (same decision ids, sharded by id).
+        c = c.with_setting("insert_distributed_sync", "1");
     }
     c
 }

@@ -495,6 +495,11 @@ impl ClickHouseServer {
         self.stop();
         self.spawn();
     }
+
+    /// The server's data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
 }
 
 impl Drop for ClickHouseServer {
@@ -889,6 +894,15 @@ impl Engine {
             .call()
             .unwrap();
         r.body_mut().read_to_string().unwrap()
+    }
+
+    /// One unlabelled series of `/metrics` (0 when absent).
+    pub fn metric(&self, name: &str) -> f64 {
+        self.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")).map(str::to_string))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
     }
 }
 
