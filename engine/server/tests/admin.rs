@@ -1733,3 +1733,160 @@ fn limit_and_breaker_repairs_apply_on_every_instance_within_poll_ms() {
         }
     }
 }
+
+/// A claim pool refilled through one instance grants that many more claims on every instance
+/// (once on shared Redis, where the stock is split into segments; by each with local state),
+/// and nobody who holds a claim gets a second one.
+#[test]
+fn pool_refills_grant_more_claims_everywhere_and_nobody_twice() {
+    let redis = RedisServer::start();
+    for backend in ["local", "redis"] {
+        let d = temp_dir(&format!("admin-pools-{backend}"));
+        let r = d.join("rules");
+        std::fs::create_dir_all(r.join("business")).unwrap();
+        std::fs::write(
+            r.join("business/prize.rhai"),
+            format!(
+                "{}{}",
+                "//! name: prize\n//! priority: 10\n//! owner: marketing\n//! description: test\n//! routes: /api/prize\n",
+                r#"let c = claim("prize", req.user, 4);
+if c != "granted" { deny("QUOTA_EXHAUSTED", c) }"#
+            ),
+        )
+        .unwrap();
+        let state = match backend {
+            // Four segments of one share each: a user whose home is gone walks past others.
+            "redis" => format!(
+                "[state]\nbackend = \"redis\"\nredis_url = \"{}\"\nredis_prefix = \"pools{}\"\nquota_segments = 4\n",
+                redis.url(),
+                std::process::id()
+            ),
+            _ => String::new(),
+        };
+        let cfg = format!(
+            "[[apps]]\nid = \"shop\"\nsecret = \"admin-test-secret\"\nwindow_ms = 60000\n\
+             [rules]\ndir = \"{}\"\nreload = false\n{state}[admin]\ncookie_secure = false\npoll_ms = 100\n{}",
+            r.display(),
+            users()
+        );
+        let control = d.join("control");
+        let env = [("RAMPART_ADMIN_STATE_DIR", control.to_str().unwrap())];
+        let a = Engine::start_with_env(&d, "a", &cfg, &env);
+        let b = Engine::start_with_env(&d, "b", &cfg, &env);
+        let tag = format!("pool-{backend}");
+        let claim = |e: &Engine, user: &str| {
+            let v = on(e, "/api/prize", user, &tag);
+            match v["code"].as_str().unwrap() {
+                "OK" => "granted".to_string(),
+                _ => v["reasons"][0]["message"].as_str().unwrap().to_string(),
+            }
+        };
+        let winners: Vec<String> = (0..4).map(|i| format!("winner-{i}")).collect();
+        // Local state: each instance hands out its own stock.
+        let both: Vec<&Engine> = if backend == "local" {
+            vec![&a, &b]
+        } else {
+            vec![&a]
+        };
+        for e in &both {
+            for (i, w) in winners.iter().enumerate() {
+                let e = if backend == "redis" && i % 2 == 1 {
+                    &b
+                } else {
+                    *e
+                };
+                assert_eq!(claim(e, w), "granted", "{backend}: {w}");
+            }
+            assert_eq!(claim(e, "late-1"), "exhausted", "{backend}");
+        }
+        let view = |e: &Engine| {
+            let (st, v) = call(
+                e,
+                "GET",
+                "/admin/v1/pools/prize",
+                Some(&basic("vera")),
+                None,
+            );
+            assert_eq!(st, 200, "{v}");
+            v
+        };
+        let v = view(&b);
+        assert_eq!(
+            (v["claimed"].as_u64(), v["refilled"].as_u64()),
+            (Some(4), Some(0)),
+            "{v}"
+        );
+        if backend == "redis" {
+            assert_eq!(
+                v["segments"].as_array().unwrap().len(),
+                5,
+                "4 + the refill's: {v}"
+            );
+        }
+
+        // Bad input and the wrong role change nothing.
+        for (who, body, want) in [
+            ("vera", json!({"add": 2}), 403),
+            ("alice", json!({"add": 0}), 400),
+            ("alice", json!({"add": -1}), 400),
+            ("alice", json!({"more": 2}), 400),
+        ] {
+            let (st, v) = call(
+                &a,
+                "POST",
+                "/admin/v1/pools/prize/refill",
+                Some(&basic(who)),
+                Some(&body),
+            );
+            assert_eq!(st, want, "{who} {body}: {v}");
+        }
+        let (st, v) = call(
+            &a,
+            "POST",
+            "/admin/v1/pools/prize/refill",
+            Some(&basic("alice")),
+            Some(&json!({"add": 2})),
+        );
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["repair"]["kind"], "pool", "{v}");
+
+        // b applies it within poll_ms (its own pool with local state, the shared one on Redis).
+        within_a_second(&format!("{backend}: b grants a refilled claim"), || {
+            claim(&b, "late-1") == "granted"
+        });
+        if backend == "local" {
+            assert_eq!(claim(&a, "late-1"), "granted");
+            assert_eq!(claim(&a, "late-2"), "granted");
+            assert_eq!(claim(&b, "late-2"), "granted");
+        } else {
+            assert_eq!(claim(&a, "late-2"), "granted");
+        }
+        for e in [&a, &b] {
+            assert_eq!(claim(e, "late-3"), "exhausted", "{backend}");
+            // Nobody twice: the first winners and the refill's winners alike.
+            for w in winners
+                .iter()
+                .map(String::as_str)
+                .chain(["late-1", "late-2"])
+            {
+                assert_eq!(claim(e, w), "duplicate", "{backend}: {w}");
+            }
+        }
+        let v = view(&a);
+        assert_eq!(
+            (v["claimed"].as_u64(), v["refilled"].as_u64()),
+            (Some(6), Some(2)),
+            "{v}"
+        );
+        if backend == "redis" {
+            assert_eq!(
+                v["segments"][4],
+                json!({"segment": "refill", "claimed": 2}),
+                "{v}"
+            );
+        }
+        let (_, v) = call(&b, "GET", "/admin/v1/repairs", Some(&basic("vera")), None);
+        assert_eq!(v["repairs"][0]["kind"], "pool", "{v}");
+        assert_eq!(v["repairs"][0]["add"], 2, "{v}");
+    }
+}

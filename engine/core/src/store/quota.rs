@@ -8,6 +8,11 @@
 //! (claims already granted stay granted). Claims live for the pool's lifetime (`ttl_ms` after
 //! the pool's last claim), so "once per user" holds for the whole campaign.
 //!
+//! An operator can **refill** a pool ([`QuotaStore::refill`]): stock added on top of the rule's,
+//! kept with the pool, so a campaign that ran out can go on without editing the rule and
+//! without letting anyone claim twice (the Redis store keeps it in a segment of its own that
+//! every user's walk ends on; see `RedisQuotas`).
+//!
 //! [`QuotaStore`] is the trait the Redis store implements with one script per claim (and stock
 //! segments spread over cluster nodes); [`LocalQuotas`] is the in-process implementation: one
 //! mutex per pool shard, so of N racing claims exactly `stock` succeed.
@@ -42,6 +47,24 @@ impl Claim {
     }
 }
 
+/// What an operator sees of a pool.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PoolView {
+    /// Claims granted, from the rule's stock and from refills.
+    pub claimed: u64,
+    /// Stock added by refills, on top of the rule's.
+    pub refilled: u64,
+    /// Claims per stock segment (`"0"`, `"1"`, …, and `"refill"`), on a segmented store; empty
+    /// for the in-process store.
+    pub segments: Vec<SegmentView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SegmentView {
+    pub segment: String,
+    pub claimed: u64,
+}
+
 pub trait QuotaStore: Send + Sync {
     /// Atomically: one claim of `pool` for `user` against a stock of `stock`.
     fn claim(&self, pool: &str, user: &str, stock: u64, now_ms: i64) -> Result<Claim, StoreError>;
@@ -49,6 +72,15 @@ pub trait QuotaStore: Send + Sync {
     fn peek(&self, pool: &str, user: &str, stock: u64) -> Result<Claim, StoreError>;
     /// Claims granted so far in `pool`.
     fn claimed(&self, pool: &str) -> Result<u64, StoreError>;
+    /// Adds `add` to the pool's stock on top of the rule's (an operator's repair): `add` more
+    /// users may claim, and nobody twice. The pool's refilled stock after it.
+    fn refill(&self, pool: &str, add: u64, now_ms: i64) -> Result<u64, StoreError>;
+    /// The pool's claims and refills.
+    fn view(&self, pool: &str) -> Result<PoolView, StoreError>;
+    /// Whether every instance sees the same pools (a refill is then done once, not by each).
+    fn shared(&self) -> bool {
+        false
+    }
     fn maintain(&self, now_ms: i64);
     /// Pools held.
     fn len(&self) -> usize;
@@ -61,10 +93,13 @@ pub trait QuotaStore: Send + Sync {
 struct Pool {
     holders: HashSet<Box<str>>,
     last_ms: i64,
+    /// Stock added by refills.
+    refilled: u64,
 }
 
 impl Pool {
     fn answer(&self, user: &str, stock: u64) -> Claim {
+        let stock = stock.saturating_add(self.refilled);
         if self.holders.contains(user) {
             Claim::Duplicate
         } else if self.holders.len() as u64 >= stock {
@@ -172,6 +207,31 @@ impl QuotaStore for LocalQuotas {
             .map_or(0, |p| p.holders.len() as u64))
     }
 
+    fn refill(&self, pool: &str, add: u64, now_ms: i64) -> Result<u64, StoreError> {
+        if pool.is_empty() {
+            return Err(StoreError::Invalid("refill needs a pool".into()));
+        }
+        let mut map = self.shard(pool);
+        let p = map.entry(pool.into()).or_insert_with(|| {
+            self.pools.fetch_add(1, Ordering::Relaxed);
+            Pool::default()
+        });
+        p.refilled = p.refilled.saturating_add(add);
+        p.last_ms = now_ms;
+        Ok(p.refilled)
+    }
+
+    fn view(&self, pool: &str) -> Result<PoolView, StoreError> {
+        Ok(self
+            .shard(pool)
+            .get(pool)
+            .map_or_else(PoolView::default, |p| PoolView {
+                claimed: p.holders.len() as u64,
+                refilled: p.refilled,
+                segments: Vec::new(),
+            }))
+    }
+
     fn maintain(&self, now_ms: i64) {
         let due = self.last_purge.due(now_ms, self.shards.len());
         for i in shard_indices(due, self.shards.len()) {
@@ -266,6 +326,29 @@ mod tests {
             q.claim("p", "a", 5, 5000).unwrap(),
             Claim::Granted { remaining: 4 }
         );
+    }
+
+    #[test]
+    fn a_refill_lets_more_users_claim_and_nobody_twice() {
+        let q = LocalQuotas::new(1000, 60_000);
+        q.claim("p", "a", 1, 0).unwrap();
+        assert_eq!(q.claim("p", "b", 1, 0).unwrap(), Claim::Exhausted);
+        assert_eq!(q.refill("p", 1, 10).unwrap(), 1);
+        assert_eq!(q.claim("p", "a", 1, 20).unwrap(), Claim::Duplicate);
+        assert_eq!(
+            q.claim("p", "b", 1, 20).unwrap(),
+            Claim::Granted { remaining: 0 }
+        );
+        assert_eq!(q.claim("p", "c", 1, 20).unwrap(), Claim::Exhausted);
+        let v = q.view("p").unwrap();
+        assert_eq!((v.claimed, v.refilled), (2, 1));
+        // A pool refilled before its first claim starts with the extra stock.
+        q.refill("new", 2, 0).unwrap();
+        assert_eq!(
+            q.claim("new", "a", 0, 0).unwrap(),
+            Claim::Granted { remaining: 1 }
+        );
+        assert!(q.refill("", 1, 0).is_err());
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! and applied on every instance within `[admin] poll_ms` ([`crate::control::Repair`]):
 //! `POST /admin/v1/limits/reset` (one rate-limit or counter key), `GET /admin/v1/breakers` (this
 //! instance's circuit breakers), `POST /admin/v1/breakers/close` and `…/open`, and
-//! `GET /admin/v1/repairs` (the last repairs recorded).
+//! `GET /admin/v1/repairs` (the last repairs recorded), `GET /admin/v1/pools/{pool}` and
+//! `POST /admin/v1/pools/{pool}/refill` (claim pools).
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::json;
@@ -10,7 +11,7 @@ use serde_json::json;
 use super::{authorize, json_body, store};
 use crate::auth::Role;
 use crate::clock::now_ms;
-use crate::control::{BreakerRepair, LimitReset, Repair};
+use crate::control::{BreakerRepair, LimitReset, PoolRefill, Repair};
 use crate::error::ApiError;
 use crate::runtime::Runtime;
 use rampart_core::store::breaker::State;
@@ -153,4 +154,68 @@ pub(super) async fn list(
     let mut repairs = s.repairs;
     repairs.reverse();
     Ok(HttpResponse::Ok().json(json!({ "repairs": repairs })))
+}
+
+fn check_pool(pool: &str) -> Result<(), ApiError> {
+    if pool.is_empty() || pool.len() > 512 {
+        return Err(invalid("pool must be 1–512 bytes"));
+    }
+    Ok(())
+}
+
+/// `GET /admin/v1/pools/{pool}` (viewer): the claims a pool granted (per stock segment on Redis)
+/// and its refills. The stock itself is the rule's (`claim(pool, user, stock)`).
+pub(super) async fn pool(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&rt, &req, Role::Viewer)?;
+    let pool = path.into_inner();
+    check_pool(&pool)?;
+    let v = rt
+        .rule_state
+        .quotas
+        .view(&pool)
+        .map_err(|e| ApiError::new(503, "STORE_UNAVAILABLE", e.to_string()))?;
+    Ok(HttpResponse::Ok().json(json!({
+        "pool": pool,
+        "claimed": v.claimed,
+        "refilled": v.refilled,
+        "segments": v.segments,
+        "shared": rt.rule_state.quotas.shared(),
+    })))
+}
+
+/// `POST /admin/v1/pools/{pool}/refill` (author): `add` more claims for the pool, on every
+/// instance.
+pub(super) async fn refill_pool(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let who = authorize(&rt, &req, Role::Author)?;
+    let pool = path.into_inner();
+    check_pool(&pool)?;
+    let b: PoolRefill = json_body(&rt, &req, payload).await?;
+    if !(1..=10_000_000).contains(&b.add) {
+        return Err(invalid("add must be 1–10000000"));
+    }
+    let before = rt
+        .rule_state
+        .quotas
+        .view(&pool)
+        .ok()
+        .map(|v| format!("claimed {} refilled {}", v.claimed, v.refilled));
+    let e = rt.control.repair(
+        &rt.host(),
+        &who,
+        Repair::Pool {
+            pool: pool.clone(),
+            add: b.add,
+        },
+        before,
+    )?;
+    Ok(HttpResponse::Ok().json(json!({ "pool": pool, "repair": e })))
 }

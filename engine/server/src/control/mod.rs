@@ -28,7 +28,7 @@ use store::ControlStore;
 pub use audit::{Audit, AuditEntry};
 pub use keys::{CreatedKey, KeyEntry, NewKey, RetiredKey};
 pub use lists::{ListEntry, NewListEntry};
-pub use repairs::{BreakerRepair, LimitReset, Repair, RepairEntry};
+pub use repairs::{BreakerRepair, LimitReset, PoolRefill, Repair, RepairEntry};
 pub use rollout::{CandidateState, RolloutEvent, StageRequest};
 pub use versions::{Provenance, VersionDoc, VersionMeta};
 

@@ -1,5 +1,5 @@
 //! Operators' repairs of live state: reset a subject's reputation, clear one rate-limit or
-//! counter key, close or force open a route's circuit breaker.
+//! counter key, close or force open a route's circuit breaker, refill a claim pool.
 //!
 //! A repair goes through the control state like every change ([`Control::mutate`]: audited,
 //! compare-and-set), as an entry of `repairs`; every instance applies each entry once, the one
@@ -49,6 +49,15 @@ pub struct BreakerRepair {
     pub for_ms: Option<i64>,
 }
 
+/// `POST /admin/v1/pools/{pool}/refill`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PoolRefill {
+    /// How many more claims the pool may grant (1–10,000,000), on top of the rule's stock and
+    /// earlier refills.
+    pub add: u64,
+}
+
 /// What to repair.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -64,6 +73,8 @@ pub enum Repair {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         open_until_ms: Option<i64>,
     },
+    /// Let a claim pool grant `add` more claims (nobody twice).
+    Pool { pool: String, add: u64 },
 }
 
 /// A recorded repair.
@@ -91,6 +102,7 @@ impl Repair {
                 open_until_ms: None,
             } => ("breaker.close", format!("{app}:{route}")),
             Repair::Breaker { app, route, .. } => ("breaker.open", format!("{app}:{route}")),
+            Repair::Pool { pool, .. } => ("pool.refill", pool.clone()),
         }
     }
 }
@@ -168,6 +180,14 @@ fn act(rt: &Host<'_>, repair: &Repair, here: bool) -> Result<(), rampart_core::s
         } => {
             let key = rampart_core::store::breaker::breaker_key(app, route);
             rt.rule_state.breakers.force(&key, now_ms(), *open_until_ms);
+            Ok(())
+        }
+        Repair::Pool { pool, add } => {
+            let quotas = &rt.rule_state.quotas;
+            // Shared pools are refilled once, by the instance asked; local ones by each.
+            if here || !quotas.shared() {
+                quotas.refill(pool, *add, now_ms())?;
+            }
             Ok(())
         }
     }

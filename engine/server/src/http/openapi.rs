@@ -16,7 +16,8 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi, ToSchema};
 
 use crate::control::{
-    BreakerRepair, CreatedKey, LimitReset, NewKey, NewListEntry, RetiredKey, StageRequest,
+    BreakerRepair, CreatedKey, LimitReset, NewKey, NewListEntry, PoolRefill, RetiredKey,
+    StageRequest,
 };
 use crate::http::{DecisionOut, Outcome, RulesetRef};
 
@@ -671,6 +672,43 @@ op!(
     ))
 );
 op!(
+    pools_get,
+    get,
+    path = "/admin/v1/pools/{pool}",
+    tag = "admin",
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    params((
+        "pool" = String,
+        Path,
+        description = "The pool as the rule names it in `claim`"
+    )),
+    responses(
+        (
+            status = 200,
+            description = "Claims granted (per stock segment on Redis) and refills"
+        ),
+        (
+            status = 503,
+            description = "The store cannot be reached",
+            body = ErrorBody
+        )
+    )
+);
+op!(
+    pools_refill,
+    post,
+    path = "/admin/v1/pools/{pool}/refill",
+    tag = "admin",
+    request_body = PoolRefill,
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    params(("pool" = String, Path, description = "The pool as the rule names it in `claim`")),
+    responses(
+        (status = 200, description = "Refilled (once on shared state; here and, within poll_ms, on every instance with local state; audited)"),
+        (status = 400, body = ErrorBody),
+        (status = 503, description = "The store cannot be reached", body = ErrorBody)
+    )
+);
+op!(
     subjects_get,
     get,
     path = "/admin/v1/subjects/{kind}/{value}",
@@ -872,13 +910,13 @@ impl Modify for Security {
         ruleset_activate, settings_get, rollout_get,
         rollout_stage, rollout_approve, rollout_rollback, lists_get, lists_add, lists_remove,
         audit, subjects_get, subjects_reset_reputation, limits_reset, breakers_get, breakers_close,
-        breakers_open, repairs_list, log_level_get, log_level_put, keys_list, keys_add, keys_retire_query, keys_retire,
+        breakers_open, repairs_list, pools_get, pools_refill, log_level_get, log_level_put, keys_list, keys_add, keys_retire_query, keys_retire,
         keys_approve
     ),
     components(schemas(
         DecideRequest, JudgedRequest, ClientInfo, DecisionOut, RulesetRef, Action, Code, Reason,
         ShadowHit, ErrorBody, ErrorDetail, Outcome, TimeAnswer, StageRequest, CanaryFilter,
-        NewListEntry, ListAction, ListKind, NewKey, CreatedKey, RetiredKey, LimitReset, BreakerRepair
+        NewListEntry, ListAction, ListKind, NewKey, CreatedKey, RetiredKey, LimitReset, BreakerRepair, PoolRefill
     )),
     modifiers(&Security)
 )]

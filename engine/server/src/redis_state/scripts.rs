@@ -181,6 +181,39 @@ return redis.call('PFCOUNT', KEYS[1], KEYS[2])
     )
 });
 
+/// One claim on a pool's refill segment (see `RedisQuotas`): as [`CLAIM`], with the share read
+/// from the segment's own stock counter, which only refills raise.
+///
+/// KEYS[1] holders, KEYS[2] granted, KEYS[3] stock, same slot; ARGV: user, TTL (ms), peek.
+pub static CLAIM_REFILL: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return {1, 0} end
+local share = tonumber(redis.call('GET', KEYS[3]) or '0')
+local n = tonumber(redis.call('GET', KEYS[2]) or '0')
+if n >= share then return {2, 0} end
+if ARGV[3] == '1' then return {0, share - n} end
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('INCR', KEYS[2])
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+return {0, share - n - 1}
+"#,
+    )
+});
+
+/// An operator's refill of a pool: adds to its refill segment's stock (and keeps the segment as
+/// long as a claim would). KEYS as [`CLAIM_REFILL`]; ARGV: how many, TTL (ms). Returns the
+/// refilled stock.
+pub static REFILL: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local v = redis.call('INCRBY', KEYS[3], ARGV[1])
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+return v
+"#,
+    )
+});
+
 /// One claim on one stock segment: once per user (a set of holders), never more than the
 /// segment's share (a counter), in one atomic step.
 ///

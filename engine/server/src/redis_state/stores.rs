@@ -10,6 +10,7 @@
 //! | `<p>:w:<key>` | hash, `PX` | `count`, reputation (sliding windows) |
 //! | `<p>:d:{<hash>}:<window>:<start>` | HyperLogLog, `PX` | `distinct` |
 //! | `<p>:q:{<segment>#<pool>}:h` / `:n` | set / counter, `PX` | `claim` |
+//! | `<p>:q:{r#<pool>}:h` / `:n` / `:s` | set / counter / counter, `PX` | `claim`'s refills |
 //!
 //! Rule-supplied keys longer than 200 bytes are replaced by their 128-bit hash, so an attacker
 //! who controls part of a key cannot make Redis store megabytes per request.
@@ -25,7 +26,7 @@ use rampart_core::store::hll::DistinctStore;
 use rampart_core::store::limits::{
     window_estimate, Gcra, LimiterStore, RefusalCache, StoredWindow,
 };
-use rampart_core::store::quota::{Claim, QuotaStore};
+use rampart_core::store::quota::{Claim, PoolView, QuotaStore, SegmentView};
 use rampart_core::store::StoreError;
 use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64, xxh3_64_with_seed};
 
@@ -871,9 +872,15 @@ const VNODES: u64 = 64;
 ///   to the stock.
 /// - **Never twice per user**: a user's claims always visit the same segments in the same order,
 ///   and a segment is only passed when it is exhausted — which it stays while the stock does not
-///   grow — so a second claim meets the first one's holder set. (Raising a live pool's stock with
-///   more than one segment can re-open a segment a user has walked past; raise stock only between
-///   campaigns, or use one segment.)
+///   grow — so a second claim meets the first one's holder set. (Raising a live pool's stock in
+///   the rule with more than one segment can re-open a segment a user has walked past; raise it
+///   only between campaigns, or refill.)
+/// - **Refills never re-open a segment**: an operator's refill ([`QuotaStore::refill`]) goes to
+///   a segment of its own, `r`, with its stock in a counter (`:s`), that every user's walk ends
+///   on. Its holders were all refused by every regular segment, which stay exhausted, so a
+///   second claim walks to `r` again and meets its holder set; and a user who holds a claim in a
+///   regular segment stops there. The cost: a claim that finds every regular segment exhausted
+///   asks `r` too (one more round trip, only once the rule's stock is gone).
 pub struct RedisQuotas {
     redis: Arc<Redis>,
     segments: u64,
@@ -944,6 +951,16 @@ impl RedisQuotas {
         (format!("{base}:h"), format!("{base}:n"))
     }
 
+    /// The refill segment's holders, granted counter and stock.
+    fn refill_keys(&self, pool: &str) -> [String; 3] {
+        let base = format!("{}:q:{{r#{}}}", self.redis.prefix(), key_part(pool));
+        [
+            format!("{base}:h"),
+            format!("{base}:n"),
+            format!("{base}:s"),
+        ]
+    }
+
     fn run(&self, pool: &str, user: &str, stock: u64, peek: bool) -> Result<Claim, StoreError> {
         if pool.is_empty() || user.is_empty() {
             return Err(invalid("claim needs a pool and a user"));
@@ -979,7 +996,27 @@ impl RedisQuotas {
                 _ => {}
             }
         }
-        Ok(Claim::Exhausted)
+        // Every regular segment is exhausted: the refills' segment, last for every user.
+        let [holders, granted, refilled] = self.refill_keys(pool);
+        let user = key_part(user).into_owned();
+        let ttl = self.ttl_ms;
+        let (status, remaining): (i64, i64) = self.redis.call(move |c| {
+            scripts::CLAIM_REFILL
+                .key(&holders)
+                .key(&granted)
+                .key(&refilled)
+                .arg(&user)
+                .arg(ttl)
+                .arg(if peek { 1 } else { 0 })
+                .invoke(c)
+        })?;
+        Ok(match status {
+            0 => Claim::Granted {
+                remaining: remaining.max(0) as u64,
+            },
+            1 => Claim::Duplicate,
+            _ => Claim::Exhausted,
+        })
     }
 }
 
@@ -996,7 +1033,35 @@ impl QuotaStore for RedisQuotas {
         if pool.is_empty() {
             return Err(invalid("claimed needs a pool"));
         }
-        let keys: Vec<String> = (0..self.segments).map(|s| self.keys(pool, s).1).collect();
+        Ok(self.view(pool)?.claimed)
+    }
+
+    fn refill(&self, pool: &str, add: u64, _now_ms: i64) -> Result<u64, StoreError> {
+        if pool.is_empty() {
+            return Err(invalid("refill needs a pool"));
+        }
+        let [holders, granted, refilled] = self.refill_keys(pool);
+        let ttl = self.ttl_ms;
+        self.redis.call(move |c| {
+            scripts::REFILL
+                .key(&holders)
+                .key(&granted)
+                .key(&refilled)
+                .arg(add)
+                .arg(ttl)
+                .invoke(c)
+        })
+    }
+
+    fn view(&self, pool: &str) -> Result<PoolView, StoreError> {
+        if pool.is_empty() {
+            return Err(invalid("a pool's view needs a pool"));
+        }
+        let [_, granted, refilled] = self.refill_keys(pool);
+        let mut keys: Vec<String> = (0..self.segments).map(|s| self.keys(pool, s).1).collect();
+        keys.push(granted);
+        keys.push(refilled);
+        // One GET per key (they live in different slots), sent together.
         let cmds: Vec<redis::Cmd> = keys
             .iter()
             .map(|k| {
@@ -1005,8 +1070,34 @@ impl QuotaStore for RedisQuotas {
                 cmd
             })
             .collect();
-        let counts: Vec<Option<u64>> = self.redis.call(move |c| c.query_all(cmds.clone()))?;
-        Ok(counts.into_iter().flatten().sum())
+        let mut counts: Vec<u64> = self
+            .redis
+            .call(move |c| c.query_all::<Option<u64>>(cmds.clone()))?
+            .into_iter()
+            .map(Option::unwrap_or_default)
+            .collect();
+        let refilled = counts.pop().unwrap_or(0);
+        let segments: Vec<SegmentView> = counts
+            .iter()
+            .enumerate()
+            .map(|(i, &claimed)| SegmentView {
+                segment: if i as u64 == self.segments {
+                    "refill".into()
+                } else {
+                    i.to_string()
+                },
+                claimed,
+            })
+            .collect();
+        Ok(PoolView {
+            claimed: counts.iter().sum(),
+            refilled,
+            segments,
+        })
+    }
+
+    fn shared(&self) -> bool {
+        true
     }
 
     fn maintain(&self, _now_ms: i64) {}
