@@ -44,7 +44,7 @@ async function waitReady(url, ms = 30000) {
 }
 
 /** A signed `/v1/decide` for `path`, as the app's backend would send it. */
-async function decide(path, { user = "u-" + Math.floor(Math.random() * 1e6), country = "DE", device = "desktop", isp = "Telekom", signing = { secret: SECRET } } = {}) {
+async function decide(path, { user = "u-" + Math.floor(Math.random() * 1e6), country = "DE", device = "desktop", isp = "Telekom", signing = { secret: SECRET }, ip, deviceId, params } = {}) {
   const body = JSON.stringify({ sku: 1042, n: Math.random() });
   const h = await sign({ ...signing, app: "shop", method: "POST", path, body });
   const r = await fetch(base + "/v1/decide", {
@@ -56,9 +56,10 @@ async function decide(path, { user = "u-" + Math.floor(Math.random() * 1e6), cou
         headers: { ...headers(h),
                    "user-agent": "Mozilla/5.0 (X11; Linux x86_64) Chrome/148.0", "content-type": "application/json" },
       },
-      client: { ip: "198.51.100." + (1 + Math.floor(Math.random() * 200)), country, isp, device_type: device,
-                device_id: "dev-" + user },
+      client: { ip: ip ?? "198.51.100." + (1 + Math.floor(Math.random() * 200)), country, isp, device_type: device,
+                device_id: deviceId ?? "dev-" + user },
       user_id: user,
+      ...(params ? { params } : {}),
     }),
   });
   assert.equal(r.status, 200);
@@ -364,9 +365,10 @@ test("an operator story: author a rule, sandbox it, canary it, approve it as som
 test("every page fits a 390-pixel phone screen", async () => {
   const page = await newPage(390, 844);
   await login(page, "alice");
-  for (const slug of ["overview", "rules", "sandbox", "rollouts", "decisions", "lists", "settings"]) {
+  const titles = { state: "live state" };
+  for (const slug of ["overview", "rules", "sandbox", "rollouts", "decisions", "lists", "state", "settings"]) {
     await page.goto(`${base}/console/#/${slug}`);
-    await page.waitForFunction((s) => document.querySelector("h1")?.textContent.toLowerCase() === s, slug);
+    await page.waitForFunction((s) => document.querySelector("h1")?.textContent.toLowerCase() === s, titles[slug] ?? slug);
     await new Promise((r) => setTimeout(r, 400));
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
     const wide = await page.evaluate(() => [...document.querySelectorAll("body *")]
@@ -410,6 +412,105 @@ test("keyboard only: log in, move between pages, use the editor", async () => {
   // Focus is visible.
   const outline = await page.evaluate(() => getComputedStyle(document.activeElement).outlineStyle);
   assert.notEqual(outline, "none");
+  await page.context().close();
+  assert.deepEqual(consoleErrors, []);
+});
+
+test("live state: look up a subject from a decision, reset its reputation, close a breaker, refill a pool", async () => {
+  // A user the gateway refused three times (over its rate limit of 10/s, bursts of 20: 10 points
+  // each) is challenged everywhere. No device id, and later requests from another address than
+  // the refused ones (which earned points too), so only the user holds the points.
+  const who = { user: "greedy-" + Date.now(), ip: "203.0.113.81", deviceId: "" };
+  const codes = [];
+  while (codes.filter((c) => c === "RATE_LIMITED").length < 3) {
+    codes.push((await decide("/api/cart/add", { ...who, ip: "203.0.113.77" })).code);
+    assert.ok(codes.length < 40, codes.join(" "));
+  }
+  // Reputation is learnt after the answer, off the decision path.
+  for (let t = Date.now(); ; await new Promise((r) => setTimeout(r, 50))) {
+    const s = await admin("GET", `/admin/v1/subjects/user/${who.user}`, "vera");
+    if (s.body.reputation.points >= 30) break;
+    assert.ok(Date.now() - t < 5000, JSON.stringify(s.body.reputation));
+  }
+  const challenged = await decide("/api/cart/add", who);
+  assert.equal(challenged.action, "challenge", JSON.stringify(challenged));
+  assert.equal(challenged.rule, "bad-reputation");
+
+  const page = await newPage();
+  await login(page, "alice");
+  // From the explorer: the user's name is a link to what the engine remembers of it.
+  await go(page, "decisions");
+  const link = `#decision-table a.subject[href$="value=${who.user}"]`;
+  await page.waitForSelector(link);
+  await page.click(link);
+  await page.waitForFunction(() => location.hash.startsWith("#/state?kind=user"));
+  await page.waitForSelector("#subject-points");
+  assert.equal(await page.textContent("#subject-points"), "30 points");
+  await page.waitForSelector("#subject-decisions tbody tr");
+  assert.match(await page.textContent("#subject-decisions"), /RATE_LIMITED/);
+  await shot(page, "15-state-subject");
+  await page.click("#reset-reputation");
+  await page.waitForSelector("#repair-done");
+  await page.waitForFunction(() => document.querySelector("#subject-points")?.textContent === "0 points");
+  // The next decision is no longer challenged.
+  const after = await decide("/api/cart/add", who);
+  assert.equal(after.code, "OK", JSON.stringify(after));
+
+  // The payment route's breaker, forced open and closed from the console.
+  const pay = () => decide("/api/payments", { ip: "203.0.113.78", params: { amount: 20, currency: "EUR", attempt: Math.random() } });
+  assert.equal((await pay()).code, "OK");
+  await page.reload();
+  const row = '#breakers tr:has(td:text-is("/api/payments"))';
+  await page.waitForSelector(row);
+  await page.click(`${row} button`);
+  await page.waitForFunction(() => /open/.test(document.querySelector("#repair-done")?.textContent ?? ""));
+  await page.waitForSelector(`${row} .badge.deny`);
+  assert.equal((await pay()).code, "CIRCUIT_OPEN");
+  await page.click(`${row} button`);
+  await page.waitForSelector(`${row} .badge.allow`);
+  assert.equal((await pay()).code, "OK");
+
+  // A lottery pool that ran out (100 prizes), refilled by one from the console.
+  const event = "e2e-refill";
+  const draws = [];
+  for (let i = 0; i < 100; i++) {
+    draws.push(decide("/api/lottery/draw", { user: `winner-${i}`, ip: `203.0.113.${100 + i}`, deviceId: "", params: { event_id: event } }));
+    if (draws.length === 10) assert.ok((await Promise.all(draws.splice(0))).every((d) => d.code === "OK"));
+  }
+  const late = { user: "late-comer", ip: "203.0.113.80", deviceId: "", params: { event_id: event } };
+  const lateDraw = (user) => decide("/api/lottery/draw", { ...late, user, params: { event_id: event, attempt: Math.random() } });
+  assert.equal((await lateDraw("late-comer")).code, "QUOTA_EXHAUSTED");
+  await page.fill("#p-name", `lottery:${event}`);
+  await page.click("#p-look");
+  await page.waitForFunction(() => document.querySelector("#pool-claimed")?.textContent === "100");
+  await page.fill("#p-add", "1");
+  await page.click("#p-refill");
+  await page.waitForFunction(() => document.querySelector("#pool-refilled")?.textContent === "1");
+  assert.equal((await lateDraw("late-comer-2")).code, "OK");
+  assert.equal((await lateDraw("late-comer-3")).code, "QUOTA_EXHAUSTED");
+  await page.waitForSelector("#repairs tbody tr");
+  assert.deepEqual(
+    await page.$$eval("#repairs tbody tr td:nth-child(2)", (tds) => tds.map((t) => t.textContent)),
+    ["pool", "breaker", "breaker", "reputation"],
+  );
+  await shot(page, "16-state-repairs");
+  const audit = await admin("GET", "/admin/v1/audit?actor=alice", "vera");
+  const actions = audit.body.entries.map((e) => e.action);
+  for (const a of ["subject.reputation.reset", "breaker.open", "breaker.close", "pool.refill"]) assert.ok(actions.includes(a), `${a} in ${actions}`);
+
+  // A viewer sees the same page without the repairs.
+  await page.click("#logout");
+  await loggedOut(page);
+  await login(page, "vera");
+  await page.goto(`${base}/console/#/state?kind=user&value=${who.user}`);
+  await page.waitForSelector("#subject-points");
+  assert.equal(await page.$("#reset-reputation"), null);
+  assert.equal(await page.$(`${row} button`), null);
+  await page.setViewportSize({ width: 390, height: 844 });
+  await new Promise((r) => setTimeout(r, 300));
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 1, `the live state page overflows the phone screen by ${overflow}px`);
+  await shot(page, "phone-state");
   await page.context().close();
   assert.deepEqual(consoleErrors, []);
 });

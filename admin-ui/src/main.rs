@@ -1,5 +1,5 @@
-//! Rampart's operator console: overview, rules, sandbox, rollouts, decisions, lists and settings,
-//! over the admin API. Pages are addressed by the URL fragment (`#/rules`), so the engine serves
+//! Rampart's operator console: overview, rules, sandbox, rollouts, decisions, lists, live state and
+//! settings, over the admin API. Pages are addressed by the URL fragment (`#/rules`), so the engine serves
 //! one `index.html` under `/console/`.
 
 mod api;
@@ -44,17 +44,19 @@ pub enum Page {
     Rollouts,
     Decisions,
     Lists,
+    State,
     Settings,
 }
 
 impl Page {
-    const ALL: [Page; 7] = [
+    const ALL: [Page; 8] = [
         Page::Overview,
         Page::Rules,
         Page::Sandbox,
         Page::Rollouts,
         Page::Decisions,
         Page::Lists,
+        Page::State,
         Page::Settings,
     ];
 
@@ -66,6 +68,7 @@ impl Page {
             Page::Rollouts => "rollouts",
             Page::Decisions => "decisions",
             Page::Lists => "lists",
+            Page::State => "state",
             Page::Settings => "settings",
         }
     }
@@ -78,6 +81,7 @@ impl Page {
             Page::Rollouts => "Rollouts",
             Page::Decisions => "Decisions",
             Page::Lists => "Lists",
+            Page::State => "Live state",
             Page::Settings => "Settings",
         }
     }
@@ -209,6 +213,7 @@ fn app() -> Html {
                     Page::Rollouts => html! { <pages::rollouts::Rollouts /> },
                     Page::Decisions => html! { <pages::decisions::Decisions /> },
                     Page::Lists => html! { <pages::lists::Lists /> },
+                    Page::State => html! { <pages::state::State /> },
                     Page::Settings => html! { <pages::settings::Settings /> },
                 } }
             </main>

@@ -5,6 +5,7 @@ use yew::prelude::*;
 
 use crate::api::{self, enc, ApiErr};
 use crate::pages::sandbox::trace_view;
+use crate::pages::state::subject_link;
 use crate::ui::{action_badge, input_value, now_ms, spawn, text, time, ErrorBox, Tick};
 use crate::Session;
 
@@ -198,7 +199,7 @@ pub fn decisions() -> Html {
                         <td>{ text(&r["code"]) }</td>
                         <td>{ if text(&r["tier"]).is_empty() { String::new() } else { format!("{}/{}", text(&r["tier"]), text(&r["rule"])) } }</td>
                         <td>{ format!("{} {}", text(&r["method"]), text(&r["route"])) }</td>
-                        <td>{ text(&r["user"]) }</td><td>{ text(&r["ip"]) }</td>
+                        <td>{ subject_link("user", &r["user"]) }</td><td>{ subject_link("ip", &r["ip"]) }</td>
                         <td class="num">{ text(&r["latency_us"]) }</td>
                     </tr> }
                 }) }
@@ -216,7 +217,11 @@ pub fn decisions() -> Html {
                         { for ["time_ms", "app", "method", "route", "user", "ip", "country", "isp", "device_type", "ua_family", "ja3",
                                "tier", "rule", "action", "code", "status", "score", "ruleset_version", "arm", "latency_us", "degraded", "instance",
                                "key_id", "challenge"].iter().map(|k| html! {
-                            <><dt>{ *k }</dt><dd>{ if *k == "time_ms" { time(r[*k].as_i64().unwrap_or(0)) } else { text(&r[*k]) } }</dd></>
+                            <><dt>{ *k }</dt><dd>{ match *k {
+                                "time_ms" => html! { time(r[*k].as_i64().unwrap_or(0)) },
+                                "user" | "ip" | "ja3" => subject_link(k, &r[*k]),
+                                _ => html! { text(&r[*k]) },
+                            } }</dd></>
                         }) }
                     </dl>
                     <h3>{ "Reasons" }</h3>

@@ -7,3 +7,4 @@ pub mod rollouts;
 pub mod rules;
 pub mod sandbox;
 pub mod settings;
+pub mod state;
