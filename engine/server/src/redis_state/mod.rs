@@ -27,10 +27,12 @@
 //! # Failures
 //!
 //! Every call has a bounded timeout. A connection that failed or timed out is dropped (the
-//! thread's next call connects again). After three consecutive connection failures the store stops
-//! trying for a short cool-down (250 ms) and fails fast, so an outage costs callers microseconds,
-//! not timeouts; the first call after the cool-down probes again, and service resumes without a
-//! restart as soon as Redis answers. What a failure means for a decision is the store's declared
+//! thread's next call connects again). After three consecutive connection failures, when no call
+//! at all succeeded for 250 ms, the store stops trying for a short cool-down (250 ms) and fails
+//! fast, so an outage costs callers microseconds, not timeouts; the first call after the cool-down
+//! probes again, and service resumes without a restart as soon as Redis answers. A partial outage
+//! (one cluster master down, the others answering) does not start a cool-down: only the calls that
+//! meet the dead node fail. What a failure means for a decision is the store's declared
 //! policy (`[state] on_store_error` and the per-store `*_on_error` keys), applied by the core.
 
 mod scripts;
@@ -207,8 +209,8 @@ impl SyncTarget {
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A thread's connection to one [`Redis`]: the client's id, whether it is alive, the connection,
-/// when it was last used.
-type ThreadConn = (u64, Weak<()>, SyncConn, Instant);
+/// when it was last used, when it was made.
+type ThreadConn = (u64, Weak<()>, SyncConn, Instant, Instant);
 
 thread_local! {
     /// This thread's blocking connections, one per live [`Redis`] it has called (usually one),
@@ -221,6 +223,11 @@ thread_local! {
 /// may have closed it meanwhile, and a decision must not fail for a connection that merely aged.
 /// Under load every connection is in use and pays nothing.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// A cluster connection one of whose nodes refuses connections is kept (its other nodes are fine)
+/// for this long after it was made; then the next refusal drops it, and the new one reads the
+/// slot map again (finding, in time, the replica promoted in the dead master's place).
+const KEEP_WITH_A_DEAD_NODE: Duration = Duration::from_millis(200);
 
 /// Consecutive connection failures after which calls fail fast for [`COOL_DOWN_MS`].
 const TRIP_AFTER: u32 = 3;
@@ -243,41 +250,73 @@ pub struct RedisCounters {
 }
 
 /// Consecutive failures and the cool-down they trigger (shared with detached writes).
-#[derive(Default)]
+///
+/// The cool-down starts only when Redis answered nothing at all for [`COOL_DOWN_MS`]: in a
+/// cluster with one master down, two thirds of the calls still succeed, and a cool-down would
+/// refuse those too (it cannot tell one node's calls from another's). Calls to the dead master's
+/// slots then fail one by one (a refused connection, or the connect timeout) and the rest flow.
 struct Health {
     failures: AtomicU32,
     open_until_ms: AtomicI64,
+    /// When a call last succeeded ([`mono_ms`]).
+    last_ok_ms: AtomicI64,
     counters: RedisCounters,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            failures: AtomicU32::new(0),
+            open_until_ms: AtomicI64::new(0),
+            // As if the last success was long ago: a Redis unreachable from the start trips at
+            // once.
+            last_ok_ms: AtomicI64::new(i64::MIN / 2),
+            counters: RedisCounters::default(),
+        }
+    }
 }
 
 impl Health {
     fn record<T>(&self, r: &Result<T, redis::RedisError>) {
         match r {
-            Ok(_) => {
-                if self.failures.load(Ordering::Relaxed) != 0 {
-                    self.failures.store(0, Ordering::Relaxed);
-                }
-            }
+            Ok(_) => self.succeeded(mono_ms()),
             Err(e) => {
                 self.counters.errors.inc();
                 if is_connection_error(e) {
-                    self.trip();
+                    self.trip(mono_ms());
                 }
             }
         }
     }
 
-    fn trip(&self) {
-        if self.failures.fetch_add(1, Ordering::Relaxed) + 1 >= TRIP_AFTER {
+    fn succeeded(&self, now: i64) {
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+        // One store per millisecond at most: a shared cache line every call would write is the
+        // cost of a busy process.
+        if self.last_ok_ms.load(Ordering::Relaxed) != now {
+            self.last_ok_ms.store(now, Ordering::Relaxed);
+        }
+    }
+
+    fn trip(&self, now: i64) {
+        if self.failures.fetch_add(1, Ordering::Relaxed) + 1 >= TRIP_AFTER
+            && now - self.last_ok_ms.load(Ordering::Relaxed) >= COOL_DOWN_MS
+        {
             self.open_until_ms
-                .store(mono_ms() + COOL_DOWN_MS, Ordering::Relaxed);
+                .store(now + COOL_DOWN_MS, Ordering::Relaxed);
             self.failures.store(0, Ordering::Relaxed);
         }
     }
 
+    fn open(&self, now: i64) -> bool {
+        now < self.open_until_ms.load(Ordering::Relaxed)
+    }
+
     fn timed_out(&self) {
         self.counters.timeouts.inc();
-        self.trip();
+        self.trip(mono_ms());
     }
 }
 
@@ -478,7 +517,7 @@ impl Redis {
 
     /// Whether calls are currently failing fast (cool-down after connection failures).
     pub fn cooling_down(&self) -> bool {
-        mono_ms() < self.health.open_until_ms.load(Ordering::Relaxed)
+        self.health.open(mono_ms())
     }
 
     /// Fails fast (and counts it) during a cool-down.
@@ -502,36 +541,44 @@ impl Redis {
 
     /// This thread's blocking connection, taken out of its list for the call (a new one if the
     /// thread has none, or its last one failed).
-    fn take_sync(&self) -> Result<SyncConn, StoreError> {
+    /// This thread's connection and when it was made (a new one if it has none).
+    fn take_sync(&self) -> Result<(SyncConn, Instant), StoreError> {
         self.refuse_while_cooling_down()?;
         let mine = CONNS.with(|list| {
             let mut list = list.borrow_mut();
             let i = list.iter().position(|(id, ..)| *id == self.id)?;
-            let (_, _, c, used) = list.swap_remove(i);
-            Some((c, used))
+            let (_, _, c, used, born) = list.swap_remove(i);
+            Some((c, used, born))
         });
-        if let Some((mut c, used)) = mine {
+        if let Some((mut c, used, born)) = mine {
             if used.elapsed() < IDLE_CHECK || redis::ConnectionLike::check_connection(&mut c) {
-                return Ok(c);
+                return Ok((c, born));
             }
             // Closed while idle: connect afresh below.
         }
         self.target
             .connect(self.connect_timeout, self.timeout)
+            .map(|c| (c, Instant::now()))
             .map_err(|e| {
                 self.health.counters.errors.inc();
-                self.health.trip();
+                self.health.trip(mono_ms());
                 unavailable(e)
             })
     }
 
     /// Gives a healthy connection back to this thread's list (and forgets the connections of
     /// clients that are gone).
-    fn put_sync(&self, c: SyncConn) {
+    fn put_sync(&self, c: SyncConn, born: Instant) {
         CONNS.with(|list| {
             let mut list = list.borrow_mut();
             list.retain(|(_, alive, ..)| alive.strong_count() > 0);
-            list.push((self.id, Arc::downgrade(&self.alive), c, Instant::now()));
+            list.push((
+                self.id,
+                Arc::downgrade(&self.alive),
+                c,
+                Instant::now(),
+                born,
+            ));
         });
     }
 
@@ -621,7 +668,7 @@ impl Redis {
 
     /// One run of `f`; a connection that failed or may be out of step is dropped.
     fn attempt<T>(&self, f: &impl Fn(&mut SyncConn) -> RedisResult<T>) -> Result<T, Failed> {
-        let mut conn = self.take_sync().map_err(Failed::Other)?;
+        let (mut conn, born) = self.take_sync().map_err(Failed::Other)?;
         self.health.counters.calls.inc();
         let r = f(&mut conn);
         if !matches!(&r, Err(e) if e.is_timeout()) {
@@ -629,7 +676,7 @@ impl Redis {
         }
         match r {
             Ok(v) => {
-                self.put_sync(conn);
+                self.put_sync(conn, born);
                 Ok(v)
             }
             Err(e) if e.is_timeout() => {
@@ -640,12 +687,25 @@ impl Redis {
                     self.timeout.as_millis()
                 ))))
             }
+            // A cluster node refused a new connection (a dead master): the command never left,
+            // and this cluster connection's links to the other nodes are fine. Keep it for a
+            // while, or every call that meets the dead node would cost a whole new cluster
+            // connection (a slot map and a link to each node) and slow the live slots down too.
+            Err(e)
+                if e.is_connection_refusal()
+                    && matches!(conn, SyncConn::Cluster(_))
+                    && born.elapsed() < KEEP_WITH_A_DEAD_NODE
+                    && redis::ConnectionLike::is_open(&conn) =>
+            {
+                self.put_sync(conn, born);
+                Err(Failed::Other(unavailable(e)))
+            }
             Err(e) if is_connection_error(&e) || !redis::ConnectionLike::is_open(&conn) => {
                 Err(Failed::NoAnswer(unavailable(e)))
             }
             Err(e) if not_run(&e) => Err(Failed::NotRun(unavailable(e))),
             Err(e) => {
-                self.put_sync(conn);
+                self.put_sync(conn, born);
                 Err(Failed::Other(unavailable(e)))
             }
         }
@@ -718,4 +778,55 @@ fn connector(s: &RedisSettings) -> Result<impl Fn() -> ConnectFuture + Send + 's
 /// Checks the Redis settings without connecting (for `rampart check` and start-up validation).
 pub fn validate(s: &RedisSettings) -> Result<(), String> {
     connector(s).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_total_outage_starts_a_cool_down_after_three_failures() {
+        let h = Health::default();
+        h.succeeded(1_000);
+        // Three failures in a row, but Redis answered 10 ms ago: not yet.
+        for t in [1_002, 1_005, 1_010] {
+            h.trip(t);
+        }
+        assert!(!h.open(1_011));
+        // Nothing has answered for the cool-down's length: the next failures open it.
+        for t in [1_250, 1_251, 1_252] {
+            h.trip(t);
+        }
+        assert!(h.open(1_253));
+        assert!(!h.open(1_252 + COOL_DOWN_MS));
+    }
+
+    #[test]
+    fn a_partial_outage_never_starts_one() {
+        // One master of three down: every third call fails, the others succeed.
+        let h = Health::default();
+        for i in 0..3_000i64 {
+            let now = 1_000 + i / 3;
+            if i % 3 == 0 {
+                h.trip(now);
+            } else {
+                h.succeeded(now);
+            }
+            assert!(!h.open(now), "cool-down at call {i}");
+        }
+        // Even three failures in a row (calls of several threads meeting the dead node) do not.
+        for t in [2_001, 2_001, 2_002, 2_002] {
+            h.trip(t);
+        }
+        assert!(!h.open(2_003));
+    }
+
+    #[test]
+    fn a_redis_unreachable_from_the_start_trips_at_once() {
+        let h = Health::default();
+        for _ in 0..TRIP_AFTER {
+            h.trip(5);
+        }
+        assert!(h.open(6));
+    }
 }

@@ -275,13 +275,16 @@ impl RedisCluster {
     /// `masters` masters with one replica each (`--cluster-replicas 1`), failing over fast: a
     /// master silent for 1 s is failed, and a replica takes over however stale its copy is
     /// (`cluster-replica-validity-factor 0`), which is what lets a test show a failover that
-    /// forgets writes.
+    /// forgets writes. The other masters serve their slots while one is down
+    /// (`cluster-require-full-coverage no`, as `docs/deployment.md` advises).
     pub fn start_replicated(masters: usize) -> RedisCluster {
         let extra = [
             "--cluster-node-timeout",
             "1000",
             "--cluster-replica-validity-factor",
             "0",
+            "--cluster-require-full-coverage",
+            "no",
         ];
         let c = Self::create(masters, 1, &extra);
         c.wait_replicated(masters);
