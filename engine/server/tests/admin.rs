@@ -1534,31 +1534,43 @@ fn within_a_second(what: &str, mut f: impl FnMut() -> bool) {
 /// instance repairs its own, from the shared control store) and with Redis state (repaired once
 /// in Redis; the other instance forgets the refusal it had cached, which before this change kept
 /// refusing for the limit's whole retry-after).
+/// A rule file: its metadata (priority 10, on `route`) and `body`.
+fn rule_file(name: &str, route: &str, body: &str) -> String {
+    format!(
+        "//! name: {name}\n//! priority: 10\n//! owner: secops\n//! description: test\n\
+         //! routes: {route}\n{body}"
+    )
+}
+
+/// Two instances, `a` and `b`, over the rule files `rules` (paths under `rules/`), with `state`
+/// (a `[state]` section, or nothing for local state), sharing one control store (a directory;
+/// Redis too with Redis state) and reading it every 100 ms.
+fn two_instances(d: &Path, rules: &[(&str, String)], state: &str) -> (Engine, Engine) {
+    let r = d.join("rules");
+    for (path, text) in rules {
+        let f = r.join(path);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, text).unwrap();
+    }
+    let cfg = format!(
+        "[[apps]]\nid = \"shop\"\nsecret = \"admin-test-secret\"\nwindow_ms = 60000\n\
+         [rules]\ndir = \"{}\"\nreload = false\n{state}[admin]\ncookie_secure = false\npoll_ms = 100\n{}",
+        r.display(),
+        users()
+    );
+    let control = d.join("control");
+    let env = [("RAMPART_ADMIN_STATE_DIR", control.to_str().unwrap())];
+    (
+        Engine::start_with_env(d, "a", &cfg, &env),
+        Engine::start_with_env(d, "b", &cfg, &env),
+    )
+}
+
 #[test]
 fn limit_and_breaker_repairs_apply_on_every_instance_within_poll_ms() {
     let redis = RedisServer::start();
     for backend in ["local", "redis"] {
         let d = temp_dir(&format!("admin-repairs-{backend}"));
-        let r = d.join("rules");
-        std::fs::create_dir_all(r.join("gateway")).unwrap();
-        std::fs::write(
-            r.join("gateway/slow-down.rhai"),
-            format!(
-                "{}{}",
-                "//! name: slow-down\n//! priority: 10\n//! owner: secops\n//! description: test\n//! routes: /api/items\n",
-                r#"if !rate_limit("user:" + req.user, 0.001, 1) { deny("RATE_LIMITED", "slow down") }"#
-            ),
-        )
-        .unwrap();
-        std::fs::write(
-            r.join("gateway/pay.rhai"),
-            format!(
-                "{}{}",
-                "//! name: pay\n//! priority: 10\n//! owner: secops\n//! description: test\n//! routes: /api/pay\n",
-                r#"if circuit_open(req, #{window_ms: 60000, min_requests: 4, error_ratio: 0.5, open_ms: 600000}) { deny("CIRCUIT_OPEN", "pay down") }"#
-            ),
-        )
-        .unwrap();
         let state = match backend {
             "redis" => format!(
                 "[state]\nbackend = \"redis\"\nredis_url = \"{}\"\n",
@@ -1566,17 +1578,28 @@ fn limit_and_breaker_repairs_apply_on_every_instance_within_poll_ms() {
             ),
             _ => String::new(),
         };
-        let cfg = format!(
-            "[[apps]]\nid = \"shop\"\nsecret = \"admin-test-secret\"\nwindow_ms = 60000\n\
-             [rules]\ndir = \"{}\"\nreload = false\n{state}[admin]\ncookie_secure = false\npoll_ms = 100\n{}",
-            r.display(),
-            users()
+        let (a, b) = two_instances(
+            &d,
+            &[
+                (
+                    "gateway/slow-down.rhai",
+                    rule_file(
+                        "slow-down",
+                        "/api/items",
+                        r#"if !rate_limit("user:" + req.user, 0.001, 1) { deny("RATE_LIMITED", "slow down") }"#,
+                    ),
+                ),
+                (
+                    "gateway/pay.rhai",
+                    rule_file(
+                        "pay",
+                        "/api/pay",
+                        r#"if circuit_open(req, #{window_ms: 60000, min_requests: 4, error_ratio: 0.5, open_ms: 600000}) { deny("CIRCUIT_OPEN", "pay down") }"#,
+                    ),
+                ),
+            ],
+            &state,
         );
-        // One control store for both (a shared directory with local state; Redis otherwise).
-        let control = d.join("control");
-        let env = [("RAMPART_ADMIN_STATE_DIR", control.to_str().unwrap())];
-        let a = Engine::start_with_env(&d, "a", &cfg, &env);
-        let b = Engine::start_with_env(&d, "b", &cfg, &env);
         let tag = format!("rp-{backend}");
         let user = format!("repair-{backend}-{}", std::process::id());
 
@@ -1742,18 +1765,6 @@ fn pool_refills_grant_more_claims_everywhere_and_nobody_twice() {
     let redis = RedisServer::start();
     for backend in ["local", "redis"] {
         let d = temp_dir(&format!("admin-pools-{backend}"));
-        let r = d.join("rules");
-        std::fs::create_dir_all(r.join("business")).unwrap();
-        std::fs::write(
-            r.join("business/prize.rhai"),
-            format!(
-                "{}{}",
-                "//! name: prize\n//! priority: 10\n//! owner: marketing\n//! description: test\n//! routes: /api/prize\n",
-                r#"let c = claim("prize", req.user, 4);
-if c != "granted" { deny("QUOTA_EXHAUSTED", c) }"#
-            ),
-        )
-        .unwrap();
         let state = match backend {
             // Four segments of one share each: a user whose home is gone walks past others.
             "redis" => format!(
@@ -1763,16 +1774,19 @@ if c != "granted" { deny("QUOTA_EXHAUSTED", c) }"#
             ),
             _ => String::new(),
         };
-        let cfg = format!(
-            "[[apps]]\nid = \"shop\"\nsecret = \"admin-test-secret\"\nwindow_ms = 60000\n\
-             [rules]\ndir = \"{}\"\nreload = false\n{state}[admin]\ncookie_secure = false\npoll_ms = 100\n{}",
-            r.display(),
-            users()
+        let (a, b) = two_instances(
+            &d,
+            &[(
+                "business/prize.rhai",
+                rule_file(
+                    "prize",
+                    "/api/prize",
+                    r#"let c = claim("prize", req.user, 4);
+if c != "granted" { deny("QUOTA_EXHAUSTED", c) }"#,
+                ),
+            )],
+            &state,
         );
-        let control = d.join("control");
-        let env = [("RAMPART_ADMIN_STATE_DIR", control.to_str().unwrap())];
-        let a = Engine::start_with_env(&d, "a", &cfg, &env);
-        let b = Engine::start_with_env(&d, "b", &cfg, &env);
         let tag = format!("pool-{backend}");
         let claim = |e: &Engine, user: &str| {
             let v = on(e, "/api/prize", user, &tag);

@@ -95,10 +95,6 @@ fn wait_for_rows(ch: &ClickHouseServer, db: &str, n: u64) {
     }
 }
 
-fn metric(engine: &Engine, name: &str) -> f64 {
-    engine.metric(name)
-}
-
 #[test]
 fn every_decision_is_exactly_one_row_across_a_clickhouse_outage() {
     let mut ch = ClickHouseServer::start();
@@ -121,7 +117,7 @@ fn every_decision_is_exactly_one_row_across_a_clickhouse_outage() {
         }
     }
     assert_eq!(during, 40_000);
-    assert!(metric(&engine, "rampart_decision_log_spool_rows") > 0.0);
+    assert!(engine.metric("rampart_decision_log_spool_rows") > 0.0);
     assert!(
         during_worst < 1_000_000,
         "a decision waited {during_worst} µs while ClickHouse was down"
@@ -135,14 +131,14 @@ fn every_decision_is_exactly_one_row_across_a_clickhouse_outage() {
         100_000
     );
     assert_eq!(
-        metric(&engine, "rampart_decision_log_rows_dropped_total"),
+        engine.metric("rampart_decision_log_rows_dropped_total"),
         0.0
     );
     assert_eq!(
-        metric(&engine, "rampart_decision_log_spool_dropped_rows_total"),
+        engine.metric("rampart_decision_log_spool_dropped_rows_total"),
         0.0
     );
-    assert!(metric(&engine, "rampart_decision_log_unspooled_rows_total") > 0.0);
+    assert!(engine.metric("rampart_decision_log_unspooled_rows_total") > 0.0);
     // The rollup saw them too.
     assert!(ch.count("SELECT sum(decisions) FROM outage.rampart_decisions_minute") >= 100_000);
     eprintln!(
@@ -183,7 +179,7 @@ fn an_engine_restarted_with_a_full_spool_drains_it_without_duplicates() {
         7_000
     );
     let deadline = Instant::now() + Duration::from_secs(10);
-    while metric(&engine, "rampart_decision_log_spool_rows") > 0.0 {
+    while engine.metric("rampart_decision_log_spool_rows") > 0.0 {
         assert!(Instant::now() < deadline, "spool not drained");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -416,17 +412,11 @@ fn check_skew_diagnosis(engine: &Engine) {
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["breakdown"].as_array().map(Vec::len), Some(2), "{v}");
     assert_eq!(
-        metric(
-            engine,
-            "rampart_timestamp_skew_total{app=\"shop\",direction=\"behind\"}"
-        ),
+        engine.metric("rampart_timestamp_skew_total{app=\"shop\",direction=\"behind\"}"),
         50.0
     );
     assert_eq!(
-        metric(
-            engine,
-            "rampart_timestamp_skew_total{app=\"kiosk\",direction=\"behind\"}"
-        ),
+        engine.metric("rampart_timestamp_skew_total{app=\"kiosk\",direction=\"behind\"}"),
         10.0
     );
 }
@@ -506,7 +496,7 @@ fn replicas_on_local_state_find_each_other_in_the_shared_log() {
     .replace("spool\"", "spool-NAME\"");
     let a = Engine::start(&dir, "peer-a", &cfg.replace("NAME", "a"));
     let b = Engine::start(&dir, "peer-b", &cfg.replace("NAME", "b"));
-    let peers = |e: &Engine| metric(e, "rampart_local_state_peers");
+    let peers = |e: &Engine| e.metric("rampart_local_state_peers");
     assert_eq!((peers(&a), peers(&b)), (0.0, 0.0));
 
     let r = request("peer");
