@@ -6,7 +6,8 @@
 //! Client IPs, devices and users rotate over a thousand values and the clock advances 1 ms per
 //! decision, so rate limits and counters see realistic, mostly-passing traffic.
 //!
-//! Run: `cargo bench -p rampart-core --bench rules` (target: ≤ 5 µs per decision).
+//! Run: `cargo bench -p rampart-core --bench rules` (target: ≤ 5 µs per decision). Also: the cost
+//! of counting a helper call among the instance's hottest keys (`hot-keys/…`).
 
 use std::hint::black_box;
 use std::path::Path;
@@ -166,6 +167,24 @@ fn bench(c: &mut Criterion) {
             i += 1;
             now += 1;
             black_box(b.judge(i, now))
+        })
+    });
+    // What counting one helper call among the hottest keys adds to it: a key already kept, and
+    // a stream of new keys that keeps the summary full (the dearest case: the least-called key
+    // is looked for and replaced).
+    use rampart_core::store::hot::{HotKeys, HotKind};
+    let hot = HotKeys::new();
+    c.bench_function("hot-keys/record/kept-key", |bn| {
+        bn.iter(|| hot.record(HotKind::RateLimit, black_box("ip:203.0.113.9"), false, now))
+    });
+    let keys: Vec<String> = (0..10_000)
+        .map(|i| format!("ip:198.51.{}.{}", i / 256, i % 256))
+        .collect();
+    let mut k = 0usize;
+    c.bench_function("hot-keys/record/new-key-full-summary", |bn| {
+        bn.iter(|| {
+            k = (k + 1) % keys.len();
+            hot.record(HotKind::RateLimit, black_box(&keys[k]), false, now)
         })
     });
 }

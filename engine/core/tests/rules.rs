@@ -1194,3 +1194,78 @@ fn edge_rules_cannot_write_state_keyed_by_claimed_data_before_the_signature() {
     // One GCRA key and one counter, both the IP's; no key for any of the 200 claimed users.
     assert_eq!(state.limiter.len(), 2);
 }
+
+/// The subject view lists the rate limits, counters and distinct sets a set keys by a request
+/// field, with their figures; a key made any other way is left out.
+#[test]
+fn a_set_lists_the_state_it_keys_by_a_subject() {
+    use rampart_core::rules::Keeps;
+    let set = compile(&[
+        rule(
+            "gateway/ip-rate.rhai",
+            "ip-rate",
+            10,
+            "",
+            "if req.ip != \"\" && !rate_limit(\"ip:\" + req.ip, 20, 40) { deny(\"RATE_LIMITED\", \"x\") }",
+        ),
+        rule(
+            "gateway/login.rhai",
+            "login",
+            20,
+            "",
+            "if !rate_limit(\"login:\" + req.ip, 0.0833, 5) { deny(\"RATE_LIMITED\", \"x\") }\n\
+             if !rate_limit(\"dev:\" + req.device_id, 2, 4) { deny(\"RATE_LIMITED\", \"y\") }",
+        ),
+        rule(
+            "business/velocity.rhai",
+            "velocity",
+            10,
+            "",
+            "if count(\"orders:\" + req.user, 600000) > 5 { deny(\"x\") }\n\
+             if distinct(\"dev-acct:\" + req.device_id, req.user, 3600000) > 3 { deny(\"y\") }",
+        ),
+        rule(
+            "gateway/computed.rhai",
+            "computed",
+            30,
+            "",
+            "let k = \"sku:\" + req.path; if !rate_limit(k, 5, 5) { deny(\"RATE_LIMITED\", \"z\") }\n\
+             if !rate_limit(\"u:\" + req.user + \":\" + req.ip, 1, 1) { deny(\"RATE_LIMITED\", \"w\") }\n\
+             if count(\"sale:\" + req.path + \":\" + req.user, 1000) > 1 { deny(\"RATE_LIMITED\", \"v\") }",
+        ),
+    ]);
+    let got: Vec<_> = set
+        .subject_keys()
+        .into_iter()
+        .map(|k| (k.rule, k.prefix, k.field, k.keeps))
+        .collect();
+    let want = |r: &str, p: &str, f: &str, keeps: Keeps| {
+        (r.to_string(), p.to_string(), f.to_string(), keeps)
+    };
+    let rate = |rate_per_sec: f64, burst: u32| Keeps::RateLimit {
+        rate_per_sec,
+        burst,
+    };
+    assert_eq!(
+        got,
+        vec![
+            want("ip-rate", "ip:", "ip", rate(20.0, 40)),
+            want("login", "login:", "ip", rate(0.0833, 5)),
+            want("login", "dev:", "device_id", rate(2.0, 4)),
+            want(
+                "velocity",
+                "orders:",
+                "user",
+                Keeps::Count { window_ms: 600_000 }
+            ),
+            want(
+                "velocity",
+                "dev-acct:",
+                "device_id",
+                Keeps::Distinct {
+                    window_ms: 3_600_000
+                }
+            ),
+        ]
+    );
+}

@@ -92,6 +92,10 @@ impl LimiterStore for Switch<LocalLimiter> {
         self.check()?;
         self.inner.get(key, now_ms, window_ms)
     }
+    fn gcra_tat(&self, key: &str, now_ms: i64) -> Result<Option<f64>, StoreError> {
+        self.check()?;
+        self.inner.gcra_tat(key, now_ms)
+    }
     fn reset(&self, key: &str) -> Result<bool, StoreError> {
         self.check()?;
         self.inner.reset(key)

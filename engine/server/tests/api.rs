@@ -1345,6 +1345,18 @@ async fn a_subjects_reputation_is_shown_and_reset_by_an_author() {
          deny(\"coupons are closed\")\n",
     )
     .unwrap();
+    // Rate limits, a counter and a distinct set keyed by the address and the user (the limits slow
+    // enough, one request per 1,000 s, that what the view says does not depend on how long the
+    // test takes).
+    std::fs::write(
+        dir.join("gateway/limits.rhai"),
+        "//! name: limits\n//! priority: 5\n//! owner: t\n//! description: t\n\
+         if !rate_limit(\"ip:\" + req.ip, 0.001, 5) { deny(\"RATE_LIMITED\", \"ip\") }\n\
+         if !rate_limit(\"user:\" + req.user, 0.001, 3) { deny(\"RATE_LIMITED\", \"user\") }\n\
+         if count(\"orders:\" + req.user, 600000) > 100 { deny(\"orders\") }\n\
+         if distinct(\"accounts:\" + req.ip, req.user, 3600000) > 100 { deny(\"accounts\") }\n",
+    )
+    .unwrap();
     let rt = runtime(
         "subjects",
         &format!("[rules]\ndir = \"{}\"\n", dir.display()),
@@ -1393,15 +1405,86 @@ async fn a_subjects_reputation_is_shown_and_reset_by_an_author() {
     assert_eq!(v["reputation"]["points"], 30, "three gateway denials: {v}");
     assert_eq!(v["lists"][0]["value"], "203.0.113.0/24");
     assert_eq!(v["decisions"].as_array().map(Vec::len), Some(3), "{v}");
+    // Three requests spent three of the address's five; the user's limit has none left.
+    let limit = &v["limits"][0];
+    assert_eq!(v["limits"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(
+        (
+            &limit["rule"],
+            &limit["key"],
+            &limit["burst"],
+            &limit["remaining"]
+        ),
+        (
+            &json!("limits"),
+            &json!("ip:203.0.113.50"),
+            &json!(5),
+            &json!(2)
+        ),
+        "{v}"
+    );
+    assert_eq!(
+        (
+            &v["distinct"][0]["key"],
+            &v["distinct"][0]["count"],
+            &v["counters"]
+        ),
+        (&json!("accounts:203.0.113.50"), &json!(1), &json!([])),
+        "one account seen from the address: {v}"
+    );
     let r = test::call_service(&app, get("/admin/v1/subjects/user/u-subject", AUTHOR)).await;
     let v: Value = test::read_body_json(r).await;
     assert_eq!(v["reputation"]["points"], 30);
     assert_eq!(v["lists"], json!([]));
+    let limit = &v["limits"][0];
+    assert_eq!(
+        (&limit["key"], &limit["remaining"]),
+        (&json!("user:u-subject"), &json!(0)),
+        "{v}"
+    );
+    assert!(limit["retry_after_ms"].as_u64().unwrap() > 900_000, "{v}");
+    assert_eq!(
+        (
+            &v["counters"][0]["key"],
+            &v["counters"][0]["count"],
+            &v["counters"][0]["window_ms"]
+        ),
+        (&json!("orders:u-subject"), &json!(3), &json!(600_000)),
+        "{v}"
+    );
+
+    // The hottest keys: three calls each, the user's limit refused none of them.
+    let r = test::call_service(&app, get("/admin/v1/hot-keys?limit=10", AUTHOR)).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = test::read_body_json(r).await;
+    let hot: Vec<(String, String, u64, u64)> = v["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["kind"].as_str().unwrap().to_string(),
+                k["key"].as_str().unwrap().to_string(),
+                k["calls"].as_u64().unwrap(),
+                k["refused"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    for want in [
+        ("rate_limit", "ip:203.0.113.50", 3, 0),
+        ("rate_limit", "user:u-subject", 3, 0),
+        ("count", "orders:u-subject", 3, 0),
+    ] {
+        let want = (want.0.to_string(), want.1.to_string(), want.2, want.3);
+        assert!(hot.contains(&want), "{want:?} in {hot:?}");
+    }
 
     // Bad input: a 4xx with its code.
     for (path, code) in [
         ("/admin/v1/subjects/planet/earth", "INVALID_FIELD"),
         ("/admin/v1/subjects/ip/not-an-address", "INVALID_FIELD"),
+        ("/admin/v1/hot-keys?limit=0", "INVALID_FIELD"),
+        ("/admin/v1/hot-keys?limit=many", "INVALID_FIELD"),
     ] {
         let r = test::call_service(&app, get(path, AUTHOR)).await;
         assert_eq!(r.status(), 400, "{path}");

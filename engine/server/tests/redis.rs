@@ -48,6 +48,12 @@ fn rules(dir: &Path) -> PathBuf {
     );
     rule(
         &r,
+        "gateway/slow-rate.rhai",
+        "//! routes: /api/slow-rate\n",
+        r#"if !rate_limit("slow:" + req.user, 0.001, 3) { deny("RATE_LIMITED", "slow down") }"#,
+    );
+    rule(
+        &r,
         "edge/ip-flood.rhai",
         "//! routes: /api/edge-rate\n",
         r#"if !rate_limit_ip(req, 2, 2) { deny("RATE_LIMITED", "ip flood") }"#,
@@ -356,13 +362,6 @@ fn anti_replay_core_in_one_script(redis: &RedisServer, e: &Engine, tag: &str) {
 }
 
 /// A counter of the engine's `/metrics`.
-fn metric(e: &Engine, name: &str) -> u64 {
-    e.metrics()
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
-        .unwrap_or(0.0) as u64
-}
-
 /// Every command Redis runs while `f` runs, as `redis-cli MONITOR` prints them (those a script
 /// runs included, marked `lua`).
 fn monitored(redis: &RedisServer, f: impl FnOnce()) -> Vec<String> {
@@ -389,7 +388,7 @@ fn monitored(redis: &RedisServer, f: impl FnOnce()) -> Vec<String> {
 /// answers stay those Redis would give.
 fn refused_floods_cost_redis_no_limit_call(redis: &RedisServer, e: &Engine, tag: &str) {
     let user = fresh("flood-user");
-    let cached_before = metric(e, "rampart_redis_refusals_cached_total");
+    let cached_before = e.metric("rampart_redis_refusals_cached_total") as u64;
     let (mut ok, mut limited) = (0u64, 0u64);
     let seen = monitored(redis, || {
         for i in 0..100 {
@@ -409,7 +408,7 @@ fn refused_floods_cost_redis_no_limit_call(redis: &RedisServer, e: &Engine, tag:
         .iter()
         .filter(|l| l.contains("\"EVALSHA\"") && l.contains(&format!("\"rampart:g:user:{user}\"")))
         .count() as u64;
-    let cached = metric(e, "rampart_redis_refusals_cached_total") - cached_before;
+    let cached = e.metric("rampart_redis_refusals_cached_total") as u64 - cached_before;
     eprintln!("gateway flood: {ok} allowed, {limited} refused, {limit_calls} rate-limit calls");
     assert!(ok >= 5 && limited > 50, "{ok} allowed, {limited} limited");
     // A GCRA call for each allowed request, and for the first refusal after each remembered one
@@ -1176,4 +1175,50 @@ fn a_subjects_reputation_is_read_and_reset_across_instances() {
         v["reputation"]["points"].as_i64().unwrap_or(0) > 0,
         "the address kept its points: {v}"
     );
+    // The rate limits keyed by the user, read on the other instance from the shared state: two
+    // requests spent two of the slow limit's three (one more every 1,000 s).
+    for i in 0..2 {
+        let c = call(
+            "/api/slow-rate",
+            &format!("{{\"s\":{i}}}"),
+            &user,
+            fresh("slow"),
+        );
+        assert_eq!(code(&fleet[0].decide(&c.json()).1), "OK");
+    }
+    let (_, v) = fleet[1].admin_get(&format!("/admin/v1/subjects/user/{user}"));
+    let limit = |key: String| {
+        v["limits"]
+            .as_array()
+            .and_then(|l| l.iter().find(|x| x["key"] == key.as_str()).cloned())
+            .unwrap_or_else(|| panic!("no limit {key} in {v}"))
+    };
+    let slow = limit(format!("slow:{user}"));
+    assert_eq!(
+        (
+            &slow["rule"],
+            &slow["burst"],
+            &slow["remaining"],
+            &slow["retry_after_ms"]
+        ),
+        (
+            &serde_json::json!("slow-rate"),
+            &serde_json::json!(3),
+            &serde_json::json!(1),
+            &serde_json::json!(0)
+        ),
+        "{slow}"
+    );
+    assert!(slow["full_in_ms"].as_u64().unwrap() > 1_000_000, "{slow}");
+    assert_eq!(limit(format!("user:{user}"))["rate_per_sec"], 5.0);
+    // Looking spends nothing: the third request still passes, the fourth is refused.
+    for (i, want) in [(2, "OK"), (3, "RATE_LIMITED")] {
+        let c = call(
+            "/api/slow-rate",
+            &format!("{{\"s\":{i}}}"),
+            &user,
+            fresh("slow"),
+        );
+        assert_eq!(code(&fleet[1].decide(&c.json()).1), want);
+    }
 }

@@ -528,6 +528,7 @@ impl World {
             reputation: Default::default(),
             policies: Default::default(),
             crs: runner.crs.clone(),
+            hot: Default::default(),
         };
         let set = RuleSet::compile(&runner.sources, runner.settings.clone(), &state)
             .expect("validated in Runner::new");

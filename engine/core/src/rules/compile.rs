@@ -343,6 +343,16 @@ impl RuleSet {
             .collect()
     }
 
+    /// The rate limits, counters and distinct sets this set keys by a request field
+    /// (`rate_limit("ip:" + req.ip, 20, 40)`), in tier and priority order.
+    pub fn subject_keys(&self) -> Vec<super::SubjectKey> {
+        let mut out = Vec::new();
+        for r in self.tiers.iter().flat_map(|t| t.rules.iter()) {
+            super::subject_keys::find(&r.meta.name, &r.ast, &mut out);
+        }
+        out
+    }
+
     /// Total rule evaluations and errors (errors include bound violations).
     pub fn counters(&self) -> (u64, u64) {
         (

@@ -6,6 +6,7 @@ use super::request::ReqData;
 use super::state::{
     by_policy, ns_key, RuleState, EVAL_NOW, IN_EDGE, LAST_RETRY, REPUTATION_KINDS, RULE_ID,
 };
+use crate::store::hot::HotKind;
 
 /// Names of the helper functions registered for rules (used by the unknown-helper lint).
 pub const HELPERS: &[&str] = &[
@@ -205,13 +206,24 @@ pub(super) fn rate_limit(
     if !g.allowed {
         LAST_RETRY.with(|r| r.set(g.retry_after_ms));
     }
+    hot(st, HotKind::RateLimit, key, !g.allowed);
     Ok(g.allowed)
+}
+
+/// Counts a live call of a counting helper among the instance's hottest keys (a simulated
+/// candidate's calls are not traffic).
+fn hot(st: &RuleState, kind: HotKind, key: &str, refused: bool) {
+    if !super::state::SIMULATING.with(|s| s.get()) {
+        st.hot
+            .record(kind, key, refused, EVAL_NOW.with(|n| n.get()));
+    }
 }
 
 /// `count(key, window_ms)`: adds one to the key's sliding-window counter; its new value.
 pub(super) fn count(st: Option<&RuleState>, key: &str, window_ms: i64) -> RhaiResult<i64> {
     refuse_at_edge("count")?;
     let st = st.ok_or_else(|| rt_err("count: no limiter state".into()))?;
+    hot(st, HotKind::Count, key, false);
     by_policy(
         "count",
         "counters",

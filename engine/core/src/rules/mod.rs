@@ -50,6 +50,7 @@ mod register;
 mod request;
 mod source;
 mod state;
+mod subject_keys;
 
 pub use compile::{rule_sets_alive, RuleSet, RuleSettings};
 pub use eval::{Outcome, RuleSession};
@@ -58,6 +59,7 @@ pub use live::LiveRules;
 pub use request::{DecisionContext, Req, ReqData};
 pub use source::{content_version, Mode, RuleError, RuleInfo, RuleMeta, Source};
 pub use state::{ReputationPolicy, RuleState, QUOTA_POOL_TTL_MS, REPUTATION_KINDS};
+pub use subject_keys::{Keeps, SubjectKey};
 
 #[cfg(test)]
 mod tests {

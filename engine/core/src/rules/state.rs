@@ -23,6 +23,8 @@ pub struct RuleState {
     pub policies: StorePolicies,
     /// The OWASP Core Rule Set `crs(req)` judges with (none: `crs(req)` finds nothing).
     pub crs: Option<crate::waf::crs::SharedCrs>,
+    /// The rate-limit and counter keys called most on this instance (live decisions only).
+    pub hot: Arc<crate::store::hot::HotKeys>,
 }
 
 /// How decisions feed reputation (see [`RuleState::learn`]).
@@ -62,6 +64,7 @@ impl RuleState {
             reputation: ReputationPolicy::default(),
             policies: StorePolicies::default(),
             crs: None,
+            hot: Default::default(),
         }
     }
 

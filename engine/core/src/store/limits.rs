@@ -54,6 +54,10 @@ pub trait LimiterStore: Send + Sync {
     fn incr_detached(&self, key: &str, now_ms: i64, window_ms: i64, n: i64) {
         let _ = self.incr(key, now_ms, window_ms, n);
     }
+    /// `key`'s rate-limit state: its theoretical arrival time (ms), `None` when nothing is stored
+    /// or it has lapsed. Reads without changing anything (an operator looking; see
+    /// [`limit_view`]).
+    fn gcra_tat(&self, key: &str, now_ms: i64) -> Result<Option<f64>, StoreError>;
     /// Forgets `key`'s rate limit and sliding window (an operator's repair): the next request
     /// starts it afresh. Whether anything was there (a shared store may not say: `true`).
     fn reset(&self, key: &str) -> Result<bool, StoreError>;
@@ -71,6 +75,40 @@ pub trait LimiterStore: Send + Sync {
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Where a rate limit stands at a moment, for an operator: what `rate_limit` would answer now,
+/// without spending anything.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct LimitView {
+    /// Requests allowed right now before the limit refuses (`burst` when idle).
+    pub remaining: u32,
+    /// When `remaining` is 0: how long until the next request would be allowed.
+    pub retry_after_ms: u64,
+    /// How long until the limit is back to its full burst (0 when idle).
+    pub full_in_ms: u64,
+}
+
+/// [`LimitView`] of a GCRA limit of `rate_per_sec` with bursts of `burst` whose theoretical
+/// arrival time is `tat` (`None`: nothing stored), with the arithmetic of [`LimiterStore::gcra`]
+/// (emission interval `T = 1000 / rate`, tolerance `τ = T · burst`; a request is allowed when
+/// `max(tat, now) + T − now ≤ τ`).
+pub fn limit_view(tat: Option<f64>, now_ms: i64, rate_per_sec: f64, burst: u32) -> LimitView {
+    let now = now_ms as f64;
+    let t = 1000.0 / rate_per_sec;
+    let tau = t * burst as f64;
+    let debt = tat.map_or(0.0, |tat| (tat - now).max(0.0));
+    let remaining = ((tau - debt) / t + 1e-9).floor().clamp(0.0, burst as f64) as u32;
+    let retry_after_ms = if remaining == 0 {
+        (debt + t - tau).ceil().max(1.0) as u64
+    } else {
+        0
+    };
+    LimitView {
+        remaining,
+        retry_after_ms,
+        full_in_ms: debt.ceil() as u64,
     }
 }
 
@@ -347,6 +385,16 @@ impl LimiterStore for LocalLimiter {
         Ok(window_estimate(stored, now_ms, window_ms))
     }
 
+    fn gcra_tat(&self, key: &str, now_ms: i64) -> Result<Option<f64>, StoreError> {
+        Ok(self
+            .cells
+            .update(key, |c| match *c {
+                Cell::Gcra { tat } if !c.expired(now_ms) => Some(tat),
+                _ => None,
+            })
+            .flatten())
+    }
+
     fn reset(&self, key: &str) -> Result<bool, StoreError> {
         Ok(self.cells.remove(key))
     }
@@ -363,6 +411,36 @@ impl LimiterStore for LocalLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_limit_view_says_what_the_limit_would_answer_without_spending() {
+        let l = LocalLimiter::new(100);
+        let (rate, burst) = (10.0, 3);
+        assert_eq!(l.gcra_tat("k", 1_000).unwrap(), None);
+        let idle = limit_view(None, 1_000, rate, burst);
+        assert_eq!(
+            (idle.remaining, idle.retry_after_ms, idle.full_in_ms),
+            (3, 0, 0)
+        );
+        for left in (0..3).rev() {
+            assert!(l.gcra("k", 1_000, rate, burst).unwrap().allowed);
+            let v = limit_view(l.gcra_tat("k", 1_000).unwrap(), 1_000, rate, burst);
+            assert_eq!(v.remaining, left);
+        }
+        // Looking spends nothing: the view still says 0 left, and the limit refuses with the
+        // retry the view announced.
+        let v = limit_view(l.gcra_tat("k", 1_000).unwrap(), 1_000, rate, burst);
+        let refused = l.gcra("k", 1_000, rate, burst).unwrap();
+        assert!(!refused.allowed);
+        assert_eq!(v.retry_after_ms, refused.retry_after_ms);
+        assert_eq!(v.full_in_ms, 300);
+        // 100 ms later one more is allowed; 300 ms later the whole burst.
+        assert_eq!(
+            limit_view(l.gcra_tat("k", 1_100).unwrap(), 1_100, rate, burst).remaining,
+            1
+        );
+        assert_eq!(l.gcra_tat("k", 1_301).unwrap(), None);
+    }
 
     #[test]
     fn gcra_allows_the_burst_then_paces_at_the_rate() {

@@ -7,6 +7,7 @@
 pub mod breaker;
 mod error;
 pub mod hll;
+pub mod hot;
 pub mod limits;
 mod purge;
 pub mod quota;

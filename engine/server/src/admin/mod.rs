@@ -131,6 +131,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(r("/admin/v1/breakers/close").route(web::post().to(repairs::close_breaker)))
         .service(r("/admin/v1/breakers/open").route(web::post().to(repairs::open_breaker)))
         .service(r("/admin/v1/repairs").route(web::get().to(repairs::list)))
+        .service(r("/admin/v1/hot-keys").route(web::get().to(repairs::hot_keys)))
         .service(r("/admin/v1/pools/{pool}").route(web::get().to(repairs::pool)))
         .service(r("/admin/v1/pools/{pool}/refill").route(web::post().to(repairs::refill_pool)))
         .service(

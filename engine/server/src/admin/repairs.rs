@@ -3,7 +3,8 @@
 //! `POST /admin/v1/limits/reset` (one rate-limit or counter key), `GET /admin/v1/breakers` (this
 //! instance's circuit breakers), `POST /admin/v1/breakers/close` and `…/open`, and
 //! `GET /admin/v1/repairs` (the last repairs recorded), `GET /admin/v1/pools/{pool}` and
-//! `POST /admin/v1/pools/{pool}/refill` (claim pools).
+//! `POST /admin/v1/pools/{pool}/refill` (claim pools); and `GET /admin/v1/hot-keys` (the keys
+//! called most).
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::json;
@@ -141,6 +142,31 @@ pub(super) async fn breakers(
         })
         .collect();
     Ok(HttpResponse::Ok().json(json!({ "instance": &*rt.instance, "breakers": list })))
+}
+
+/// `GET /admin/v1/hot-keys?limit=N` (viewer): the rate-limit and counter keys this instance's
+/// live decisions called most over the current minute and the one before (top `limit`, default
+/// 20, at most 100), with the calls a rate limit refused.
+pub(super) async fn hot_keys(
+    rt: web::Data<Runtime>,
+    req: HttpRequest,
+    q: web::Query<std::collections::HashMap<String, String>>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&rt, &req, Role::Viewer)?;
+    let limit = match q.get("limit") {
+        None => 20,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=100).contains(n))
+            .ok_or_else(|| invalid("limit must be 1–100"))?,
+    };
+    let keys = rt.rule_state.hot.top(limit, now_ms());
+    Ok(HttpResponse::Ok().json(json!({
+        "instance": &*rt.instance,
+        "window_ms": 120_000,
+        "keys": keys,
+    })))
 }
 
 /// `GET /admin/v1/repairs` (viewer): the last repairs recorded (at most 256; the audit log keeps

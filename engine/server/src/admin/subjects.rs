@@ -3,7 +3,7 @@
 //! `POST /admin/v1/subjects/{kind}/{value}/reputation/reset` (kind: `ip`, `user`, `device`, `ja3`).
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::{authorize, store};
 use crate::auth::Role;
@@ -60,7 +60,7 @@ fn covers(kind: ListKind, entry: &str, value: &str) -> bool {
 }
 
 /// `GET /admin/v1/subjects/{kind}/{value}`: the subject's reputation, the list entries that
-/// cover it and its last decisions (from the decision log; a log that cannot answer is reported
+/// cover it, the rate limits, counters and distinct sets keyed by it and its last decisions (from the decision log; a log that cannot answer is reported
 /// in `decisions_error`, the rest is answered).
 pub(super) async fn get(
     rt: web::Data<Runtime>,
@@ -109,6 +109,10 @@ pub(super) async fn get(
         "reputation": reputation,
         "lists": lists,
     });
+    let [limits, counters, distinct] = keyed_state(&rt, kind, value, now);
+    out["limits"] = json!(limits);
+    out["counters"] = json!(counters);
+    out["distinct"] = json!(distinct);
     if kind != ListKind::Ja3 {
         match crate::http::query_filtered(rt.clone(), f, false).await {
             Ok(v) => out["decisions"] = v["decisions"].clone(),
@@ -116,6 +120,75 @@ pub(super) async fn get(
         }
     }
     Ok(HttpResponse::Ok().json(out))
+}
+
+/// The rate limits, counters and distinct sets the active rule set keys by this subject
+/// (`rate_limit("ip:" + req.ip, …)`, `count("orders:" + req.user, …)`, …) and where each stands
+/// now, read without spending or adding anything: `(limits, counters, distinct)`. A store that
+/// cannot answer is reported in the entry's `error`.
+fn keyed_state(rt: &Runtime, kind: ListKind, value: &str, now: i64) -> [Vec<Value>; 3] {
+    use rampart_core::rules::Keeps;
+    let field = match kind {
+        ListKind::Ip => "ip",
+        ListKind::User => "user",
+        ListKind::Device => "device_id",
+        _ => "ja3",
+    };
+    let st = &rt.rule_state;
+    let mut out: [Vec<Value>; 3] = Default::default();
+    for k in rt.engine.rules().snapshot().subject_keys() {
+        if k.field != field {
+            continue;
+        }
+        let key = format!("{}{value}", k.prefix);
+        let mut v = json!({ "rule": k.rule, "key": key });
+        let (slot, read) = match k.keeps {
+            Keeps::RateLimit {
+                rate_per_sec,
+                burst,
+            } => {
+                v["rate_per_sec"] = json!(rate_per_sec);
+                v["burst"] = json!(burst);
+                let read = st.limiter.gcra_tat(&key, now).map(|tat| {
+                    let view =
+                        rampart_core::store::limits::limit_view(tat, now, rate_per_sec, burst);
+                    json!({
+                        "remaining": view.remaining,
+                        "retry_after_ms": view.retry_after_ms,
+                        "full_in_ms": view.full_in_ms,
+                    })
+                });
+                (0, read)
+            }
+            Keeps::Count { window_ms } => {
+                v["window_ms"] = json!(window_ms);
+                let read = st
+                    .limiter
+                    .get(&key, now, window_ms)
+                    .map(|n| json!({ "count": n }));
+                (1, read)
+            }
+            Keeps::Distinct { window_ms } => {
+                v["window_ms"] = json!(window_ms);
+                let read = st
+                    .distinct
+                    .count(&key, now, window_ms)
+                    .map(|n| json!({ "count": n }));
+                (2, read)
+            }
+        };
+        match read {
+            Ok(Value::Object(m)) => {
+                if let Some(o) = v.as_object_mut() {
+                    o.extend(m);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => v["error"] = json!(e.to_string()),
+        }
+        out[slot].push(v);
+    }
+    out
 }
 
 /// `POST /admin/v1/subjects/{kind}/{value}/reputation/reset` (author): forgets the subject's

@@ -672,6 +672,18 @@ op!(
     ))
 );
 op!(
+    hot_keys,
+    get,
+    path = "/admin/v1/hot-keys",
+    tag = "admin",
+    security(("session" = []), ("bearer" = []), ("basic" = [])),
+    params(("limit" = Option<u32>, Query, description = "How many keys, 1–100 (default 20)")),
+    responses(
+        (status = 200, description = "The rate-limit and counter keys this instance's live decisions called most over the current minute and the one before (Space-Saving summaries: calls never undercounted, overcounted by at most `error`), with the calls a rate limit refused"),
+        (status = 400, body = ErrorBody)
+    )
+);
+op!(
     pools_get,
     get,
     path = "/admin/v1/pools/{pool}",
@@ -719,7 +731,7 @@ op!(
         ("value" = String, Path, description = "The address, user id, device id or JA3 hash")
     ),
     responses(
-        (status = 200, description = "The subject's reputation, the list entries that cover it and its last decisions (a day, 20 at most)"),
+        (status = 200, description = "The subject's reputation, the list entries that cover it, the rate limits keyed by it with what each would allow now, and its last decisions (a day, 20 at most)"),
         (status = 400, body = ErrorBody)
     )
 );
@@ -910,7 +922,7 @@ impl Modify for Security {
         ruleset_activate, settings_get, rollout_get,
         rollout_stage, rollout_approve, rollout_rollback, lists_get, lists_add, lists_remove,
         audit, subjects_get, subjects_reset_reputation, limits_reset, breakers_get, breakers_close,
-        breakers_open, repairs_list, pools_get, pools_refill, log_level_get, log_level_put, keys_list, keys_add, keys_retire_query, keys_retire,
+        breakers_open, repairs_list, hot_keys, pools_get, pools_refill, log_level_get, log_level_put, keys_list, keys_add, keys_retire_query, keys_retire,
         keys_approve
     ),
     components(schemas(

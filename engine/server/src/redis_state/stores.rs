@@ -777,6 +777,16 @@ impl LimiterStore for RedisLimiter {
         self.refusals.forget(key);
     }
 
+    fn gcra_tat(&self, key: &str, now_ms: i64) -> Result<Option<f64>, StoreError> {
+        let stored = format!("{}:g:{}", self.redis.prefix(), key_part(key));
+        let tat: Option<String> = self
+            .redis
+            .call(move |c| redis::cmd("GET").arg(&stored).query(c))?;
+        Ok(tat
+            .and_then(|t| t.parse::<f64>().ok())
+            .filter(|&t| t >= now_ms as f64))
+    }
+
     fn reset(&self, key: &str) -> Result<bool, StoreError> {
         self.refusals.forget(key);
         let part = key_part(key);
@@ -984,16 +994,10 @@ impl RedisQuotas {
                     .arg(if peek { 1 } else { 0 })
                     .invoke(c)
             })?;
-            match status {
-                0 => {
-                    return Ok(Claim::Granted {
-                        remaining: remaining.max(0) as u64,
-                    })
-                }
-                1 => return Ok(Claim::Duplicate),
-                // Exhausted: walk on. (Never skip a segment without asking it: the user may hold
-                // a claim there, and only its script knows.)
-                _ => {}
+            // Exhausted: walk on. (Never skip a segment without asking it: the user may hold a
+            // claim there, and only its script knows.)
+            if let Some(claim) = claim_answer(status, remaining) {
+                return Ok(claim);
             }
         }
         // Every regular segment is exhausted: the refills' segment, last for every user.
@@ -1010,13 +1014,46 @@ impl RedisQuotas {
                 .arg(if peek { 1 } else { 0 })
                 .invoke(c)
         })?;
-        Ok(match status {
-            0 => Claim::Granted {
-                remaining: remaining.max(0) as u64,
-            },
-            1 => Claim::Duplicate,
-            _ => Claim::Exhausted,
-        })
+        Ok(claim_answer(status, remaining).unwrap_or(Claim::Exhausted))
+    }
+
+    /// The claims granted by each of a pool's regular segments, then by its refill segment.
+    fn granted_keys(&self, pool: &str) -> Vec<String> {
+        let mut keys: Vec<String> = (0..self.segments).map(|s| self.keys(pool, s).1).collect();
+        let [_, granted, _] = self.refill_keys(pool);
+        keys.push(granted);
+        keys
+    }
+
+    /// The counters at `keys` (0 where absent): one GET each, as they live in different slots,
+    /// sent together.
+    fn counts(&self, keys: &[String]) -> Result<Vec<u64>, StoreError> {
+        let cmds: Vec<redis::Cmd> = keys
+            .iter()
+            .map(|k| {
+                let mut cmd = redis::cmd("GET");
+                cmd.arg(k);
+                cmd
+            })
+            .collect();
+        Ok(self
+            .redis
+            .call(move |c| c.query_all::<Option<u64>>(cmds.clone()))?
+            .into_iter()
+            .map(Option::unwrap_or_default)
+            .collect())
+    }
+}
+
+/// A claim script's answer (`CLAIM`, `CLAIM_REFILL`): granted, a duplicate, or `None` when the
+/// segment is exhausted.
+fn claim_answer(status: i64, remaining: i64) -> Option<Claim> {
+    match status {
+        0 => Some(Claim::Granted {
+            remaining: remaining.max(0) as u64,
+        }),
+        1 => Some(Claim::Duplicate),
+        _ => None,
     }
 }
 
@@ -1033,7 +1070,8 @@ impl QuotaStore for RedisQuotas {
         if pool.is_empty() {
             return Err(invalid("claimed needs a pool"));
         }
-        Ok(self.view(pool)?.claimed)
+        // The granted counters only: the refill stock is not needed on a decision's path.
+        Ok(self.counts(&self.granted_keys(pool))?.iter().sum())
     }
 
     fn refill(&self, pool: &str, add: u64, _now_ms: i64) -> Result<u64, StoreError> {
@@ -1057,25 +1095,10 @@ impl QuotaStore for RedisQuotas {
         if pool.is_empty() {
             return Err(invalid("a pool's view needs a pool"));
         }
-        let [_, granted, refilled] = self.refill_keys(pool);
-        let mut keys: Vec<String> = (0..self.segments).map(|s| self.keys(pool, s).1).collect();
-        keys.push(granted);
+        let [_, _, refilled] = self.refill_keys(pool);
+        let mut keys = self.granted_keys(pool);
         keys.push(refilled);
-        // One GET per key (they live in different slots), sent together.
-        let cmds: Vec<redis::Cmd> = keys
-            .iter()
-            .map(|k| {
-                let mut cmd = redis::cmd("GET");
-                cmd.arg(k);
-                cmd
-            })
-            .collect();
-        let mut counts: Vec<u64> = self
-            .redis
-            .call(move |c| c.query_all::<Option<u64>>(cmds.clone()))?
-            .into_iter()
-            .map(Option::unwrap_or_default)
-            .collect();
+        let mut counts = self.counts(&keys)?;
         let refilled = counts.pop().unwrap_or(0);
         let segments: Vec<SegmentView> = counts
             .iter()
