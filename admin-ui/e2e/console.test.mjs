@@ -269,8 +269,11 @@ test("an operator story: author a rule, sandbox it, canary it, approve it as som
   await page.waitForSelector("#stage-version");
   await page.selectOption("#stage-version", version);
   await page.fill("#canary-percent", "50");
+  // Only requests from Germany and France can land in the canary.
+  await page.fill("#canary-countries", "DE, FR");
   await page.click("#stage-canary");
   await page.waitForFunction(() => /canary 50%/.test(document.querySelector("#candidate-stage")?.textContent || ""));
+  assert.equal(await page.textContent("#candidate-filter"), "only countries DE, FR");
   assert.equal(await page.$("#approve"), null, "an author sees no approve button");
   const refused = await admin("POST", "/admin/v1/rollout/approve", "alice", { version });
   assert.equal(refused.status, 403);
@@ -281,6 +284,8 @@ test("an operator story: author a rule, sandbox it, canary it, approve it as som
   const canary = await traffic(40, "/api/legacy/export");
   const arms = new Set(canary.map((d) => d.ruleset.arm));
   assert.ok(arms.has("canary") && arms.has("stable"), `both arms served: ${[...arms]}`);
+  const countries = ["DE", "FR", "US", "BR"];
+  canary.forEach((d, i) => assert.ok(d.ruleset.arm !== "canary" || ["DE", "FR"].includes(countries[i % 4]), `a ${countries[i % 4]} request in the canary`));
 
   // A second person approves.
   await page.click("#logout");
@@ -288,6 +293,13 @@ test("an operator story: author a rule, sandbox it, canary it, approve it as som
   await login(page, "bob");
   await go(page, "rollouts");
   await page.waitForSelector("#approve");
+  // Approval waits until the approver has read the diff against stable.
+  assert.ok(await page.$eval("#approve", (b) => b.disabled), "approve before reading the diff");
+  const previous = await page.textContent("#stable-version");
+  await page.click("#review-diff");
+  await page.waitForSelector("#history-diff pre.unified");
+  assert.match(await page.textContent("#history-diff"), /legacy-export/);
+  await page.waitForFunction(() => !document.querySelector("#approve")?.disabled);
   await page.click("#approve");
   await page.waitForFunction((v) => document.querySelector("#stable-version")?.textContent === v, version);
   await page.waitForFunction(() => document.querySelector("#audit")?.textContent.includes("rollout.approve"));
@@ -295,6 +307,16 @@ test("an operator story: author a rule, sandbox it, canary it, approve it as som
   await new Promise((r) => setTimeout(r, 300));
   const after = await traffic(10, "/api/legacy/export");
   assert.ok(after.every((d) => d.code === "RULE_DENY" && d.rule === "legacy-export"), JSON.stringify(after[0]));
+
+  // An earlier stable version is made stable again from the history, then the new one again.
+  const reactivate = async (v) => {
+    await page.click(`#earlier-stable button[aria-label="Make ${v} stable again"]`);
+    await page.waitForFunction((v) => document.querySelector("#stable-version")?.textContent === v, v);
+  };
+  await reactivate(previous);
+  assert.equal((await traffic(1, "/api/legacy/export"))[0].code, "OK");
+  await reactivate(version);
+  assert.equal((await traffic(1, "/api/legacy/export"))[0].rule, "legacy-export");
 
   // Decisions explorer: the refusals arrive; open one and trace it.
   await go(page, "decisions");
@@ -306,7 +328,9 @@ test("an operator story: author a rule, sandbox it, canary it, approve it as som
   await page.waitForFunction(() => {
     const rows = [...document.querySelectorAll("#decision-table tbody tr")];
     return rows.length >= 10 && rows.every((r) => (r.querySelector("td:nth-child(4)")?.textContent || "").includes("legacy-export"));
-  }, null, { timeout: 15000 });
+  }, null, { timeout: 15000 }).catch(async (e) => {
+    throw new Error(`the explorer did not show the refusals filtered by rule: ${await page.textContent("#main")}`, { cause: e });
+  });
   const codes = await page.$$eval("#decision-table tbody tr td:nth-child(3)", (tds) => tds.map((t) => t.textContent));
   assert.ok(codes.every((c) => c === "RULE_DENY"), codes.join(","));
   await page.click("#decision-table tbody tr:first-child button");
@@ -448,6 +472,13 @@ test("live state: look up a subject from a decision, reset its reputation, close
   assert.equal(await page.textContent("#subject-points"), "30 points");
   await page.waitForSelector("#subject-decisions tbody tr");
   assert.match(await page.textContent("#subject-decisions"), /RATE_LIMITED/);
+  // The rate limits keyed by the user, as the default rule set derives them.
+  await page.waitForSelector("#subject-limits tbody tr");
+  assert.match(await page.textContent("#subject-limits"), new RegExp(`user-rate\\s*user:${who.user}`));
+  // The hottest keys: the user's limit, refused at least three times.
+  await page.waitForSelector("#hot-keys tbody tr");
+  const hotRow = await page.$$eval("#hot-keys tbody tr", (rows, key) => rows.map((r) => [...r.cells].map((c) => c.textContent)).find((c) => c[1] === key), `user:${who.user}`);
+  assert.ok(hotRow && hotRow[0] === "rate_limit" && Number(hotRow[3]) >= 3, JSON.stringify(hotRow));
   await shot(page, "15-state-subject");
   await page.click("#reset-reputation");
   await page.waitForSelector("#repair-done");
@@ -455,6 +486,16 @@ test("live state: look up a subject from a decision, reset its reputation, close
   // The next decision is no longer challenged.
   const after = await decide("/api/cart/add", who);
   assert.equal(after.code, "OK", JSON.stringify(after));
+
+  // The search box on every page: an address typed on the overview opens it here.
+  await go(page, "overview");
+  await page.fill("#search", "203.0.113.77");
+  await page.press("#search", "Enter");
+  await page.waitForFunction(() => location.hash === "#/state?kind=ip&value=203.0.113.77");
+  await page.waitForFunction(() => /ip\s*203\.0\.113\.77/.test(document.querySelector("#subject h2")?.textContent ?? ""));
+  await page.waitForSelector("#subject-limits tbody tr");
+  assert.match(await page.textContent("#subject-limits"), /ip-rate\s*ip:203\.0\.113\.77/);
+  assert.match(await page.textContent("#subject-counters"), /coupon-ip-farming\s*coupon-ip:203\.0\.113\.77\s*distinct items/);
 
   // The payment route's breaker, forced open and closed from the console.
   const pay = () => decide("/api/payments", { ip: "203.0.113.78", params: { amount: 20, currency: "EUR", attempt: Math.random() } });

@@ -199,6 +199,7 @@ fn app() -> Html {
                     }) }
                     </ul>
                 </nav>
+                <pages::state::Search />
                 <span class="who">
                     <span id="who">{ format!("{} ({})", s.user, s.role) }</span>
                     <button class="link" onclick={on_logout} id="logout">{ "Log out" }</button>

@@ -1,5 +1,7 @@
-//! What is stable, canary and shadow; stage, change the canary percentage, approve (another
-//! person), roll back, re-activate; the history with each version's diff; the audit log.
+//! What is stable, canary and shadow; stage (a canary percentage, restricted to apps, device types
+//! or countries), read the candidate's diff against stable and then approve (another person), roll
+//! back, re-activate an earlier stable version; the history with each version's diff; the audit
+//! log.
 
 use serde_json::{json, Value};
 use yew::prelude::*;
@@ -27,6 +29,10 @@ pub fn rollouts() -> Html {
     let notice = use_state(String::new);
     let stage_version = use_state(String::new);
     let percent = use_state(|| "10".to_string());
+    // The canary's filter, as comma-separated lists (empty: everyone).
+    let f_apps = use_state(String::new);
+    let f_devices = use_state(String::new);
+    let f_countries = use_state(String::new);
     let diff = use_state(|| None::<Value>);
     let reload = use_reducer(Tick::default);
 
@@ -112,12 +118,38 @@ pub fn rollouts() -> Html {
         } else {
             (*stage_version).clone()
         };
-        let f = act(
-            "/admin/v1/rollout",
-            json!({"version": target, "stage": "canary", "percent": pct}),
-            "canary set",
-        );
+        let mut body = json!({"version": target, "stage": "canary", "percent": pct});
+        let filter = canary_filter(&f_apps, &f_devices, &f_countries);
+        if filter.as_object().is_some_and(|o| !o.is_empty()) {
+            body["filter"] = filter;
+        }
+        let f = act("/admin/v1/rollout", body, "canary set");
         Callback::from(move |_: MouseEvent| f())
+    };
+    // An earlier stable version, stable again at once (no new approval: it was approved before).
+    let activate = {
+        let (state, err, notice, reload) =
+            (state.clone(), err.clone(), notice.clone(), reload.clone());
+        Callback::from(move |v: String| {
+            let (state, err, notice, reload) =
+                (state.clone(), err.clone(), notice.clone(), reload.clone());
+            spawn(async move {
+                match api::post(
+                    &format!("/admin/v1/rulesets/{}/activate", api::enc(&v)),
+                    &Value::Null,
+                )
+                .await
+                {
+                    Ok(s) => {
+                        state.set(s);
+                        err.set(None);
+                        notice.set(format!("{v} is stable again"));
+                        reload.dispatch(());
+                    }
+                    Err(e) => err.set(Some(e)),
+                }
+            });
+        })
     };
     let approve = {
         let v = text(&state["candidate"]["version"]);
@@ -152,6 +184,41 @@ pub fn rollouts() -> Html {
     let cand = &state["candidate"];
     let has_cand = cand.is_object();
     let stable = text(&state["stable"]);
+    // The approver reads what changes before approving: the diff of the candidate against stable.
+    let reviewed = diff.as_ref().is_some_and(|d| {
+        has_cand && text(&d["version"]) == text(&cand["version"]) && text(&d["against"]) == stable
+    });
+    let review = {
+        let (cb, v, against) = (show_diff.clone(), text(&cand["version"]), stable.clone());
+        Callback::from(move |_: MouseEvent| cb.emit((v.clone(), against.clone())))
+    };
+    // Versions that have been stable (approved, activated or imported): they can be again.
+    let was_stable: std::collections::HashSet<String> = state["history"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|h| {
+            let stable_now = matches!(
+                h["action"].as_str(),
+                Some("approve" | "activate" | "import")
+            );
+            [
+                stable_now.then(|| text(&h["version"])),
+                Some(text(&h["stable_before"])),
+            ]
+        })
+        .flatten()
+        .filter(|v| !v.is_empty())
+        .collect();
+    // Newest first, as the history lists them.
+    let mut earlier: Vec<String> = Vec::new();
+    for h in state["history"].as_array().into_iter().flatten() {
+        for v in [text(&h["version"]), text(&h["stable_before"])] {
+            if v != stable && was_stable.contains(&v) && !earlier.contains(&v) {
+                earlier.push(v);
+            }
+        }
+    }
     html! {
         <div class="rollouts">
             <ErrorBox err={(*err).clone()} />
@@ -164,6 +231,7 @@ pub fn rollouts() -> Html {
                         <p id="candidate-stage">{ match cand["stage"].as_str() {
                             Some("canary") => format!("canary {}%", cand["percent"].as_f64().unwrap_or(0.0)),
                             Some(s) => s.to_string(), None => String::new() } }</p>
+                        if let Some(f) = filter_text(&cand["filter"]) { <p id="candidate-filter">{ f }</p> }
                         <p class="muted">{ format!("staged by {} at {}", text(&cand["by"]), time(cand["since_ms"].as_i64().unwrap_or(0))) }</p>
                     } else {
                         <p id="candidate-version">{ "none" }</p>
@@ -192,13 +260,37 @@ pub fn rollouts() -> Html {
                     <label for="canary-percent">{ "Canary %" }</label>
                     <input id="canary-percent" class="short" type="number" min="0.01" max="100" step="any" value={(*percent).clone()}
                            oninput={let p = percent.clone(); Callback::from(move |e: InputEvent| p.set(input_value(&e)))} />
+                    <label for="canary-apps">{ "Only apps" }</label>
+                    <input id="canary-apps" class="short" placeholder="all" value={(*f_apps).clone()}
+                           oninput={let f = f_apps.clone(); Callback::from(move |e: InputEvent| f.set(input_value(&e)))} />
+                    <label for="canary-devices">{ "device types" }</label>
+                    <input id="canary-devices" class="short" placeholder="all" value={(*f_devices).clone()}
+                           oninput={let f = f_devices.clone(); Callback::from(move |e: InputEvent| f.set(input_value(&e)))} />
+                    <label for="canary-countries">{ "countries" }</label>
+                    <input id="canary-countries" class="short" placeholder="all" value={(*f_countries).clone()}
+                           oninput={let f = f_countries.clone(); Callback::from(move |e: InputEvent| f.set(input_value(&e)))} />
                     <button id="stage-canary" onclick={stage_canary}>{ if has_cand { "Set canary percentage" } else { "Canary" } }</button>
                     if has_cand {
                         <button id="rollback" class="danger" onclick={rollback}>{ "Roll back" }</button>
                     }
-                    if has_cand && session.can("approver") {
-                        <button id="approve" class="primary" onclick={approve}>{ "Approve for stable" }</button>
+                    if has_cand {
+                        <button id="review-diff" onclick={review}>{ "Diff against stable" }</button>
                     }
+                    if has_cand && session.can("approver") {
+                        <button id="approve" class="primary" onclick={approve} disabled={!reviewed}
+                            title={if reviewed { "" } else { "Read the diff against stable first" }}>{ "Approve for stable" }</button>
+                    }
+                </section>
+            }
+            if session.can("author") && !earlier.is_empty() {
+                <section class="controls" aria-label="Earlier stable versions" id="earlier-stable">
+                    <h2>{ "Earlier stable" }</h2>
+                    { for earlier.iter().map(|v| {
+                        let (a, v) = (activate.clone(), v.clone());
+                        html! { <button aria-label={format!("Make {v} stable again")}
+                            onclick={let v = v.clone(); Callback::from(move |_: MouseEvent| a.emit(v.clone()))}>
+                            { format!("Re-activate {v}") }</button> }
+                    }) }
                 </section>
             }
             <section aria-label="History">
@@ -247,4 +339,43 @@ pub fn rollouts() -> Html {
             </section>
         </div>
     }
+}
+
+/// The canary filter of the three comma-separated inputs: only the lists that name something.
+fn canary_filter(apps: &str, devices: &str, countries: &str) -> Value {
+    let list = |s: &str| -> Vec<String> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|x| !x.is_empty())
+            .map(String::from)
+            .collect()
+    };
+    let mut f = serde_json::Map::new();
+    for (k, v) in [
+        ("apps", apps),
+        ("device_types", devices),
+        ("countries", countries),
+    ] {
+        let l = list(v);
+        if !l.is_empty() {
+            f.insert(k.into(), json!(l));
+        }
+    }
+    Value::Object(f)
+}
+
+/// A candidate's canary filter as a sentence (`None` when it takes everyone).
+fn filter_text(f: &Value) -> Option<String> {
+    let parts: Vec<String> = [
+        ("apps", "apps"),
+        ("device_types", "devices"),
+        ("countries", "countries"),
+    ]
+    .iter()
+    .filter_map(|(k, name)| {
+        let l: Vec<String> = f[*k].as_array()?.iter().map(text).collect();
+        (!l.is_empty()).then(|| format!("{name} {}", l.join(", ")))
+    })
+    .collect();
+    (!parts.is_empty()).then(|| format!("only {}", parts.join("; ")))
 }

@@ -1,5 +1,6 @@
-//! Live state: look up a subject (reputation, list entries, last decisions) and reset its
-//! reputation; this instance's circuit breakers, closed or forced open; a claim pool's claims and
+//! Live state: look up a subject (reputation, list entries, the rate limits keyed by it, last
+//! decisions), reset its reputation and clear one of its limits; the hottest rate-limit and
+//! counter keys; this instance's circuit breakers, closed or forced open; a claim pool's claims and
 //! refills; the last repairs. Every repair goes through the admin API, audited, and reaches every
 //! instance within `poll_ms`.
 //!
@@ -16,6 +17,57 @@ use crate::{hash_param, Session};
 /// The fragment that opens a subject on this page.
 pub fn subject_href(kind: &str, value: &str) -> String {
     format!("#/state?kind={}&value={}", enc(kind), enc(value))
+}
+
+/// What an operator typed into the search box, as a subject: `ip`, `user`, `device` or `ja3`
+/// named before a colon (`device:d-42`), else an address is an IP, 32 hex digits a JA3 hash, and
+/// anything else a user id.
+pub fn subject_of(query: &str) -> (&'static str, String) {
+    let q = query.trim();
+    for kind in ["ip", "user", "device", "ja3"] {
+        if let Some(v) = q.strip_prefix(kind).and_then(|r| r.strip_prefix(':')) {
+            if !v.trim().is_empty() {
+                return (kind, v.trim().to_string());
+            }
+        }
+    }
+    if q.parse::<std::net::IpAddr>().is_ok() {
+        ("ip", q.to_string())
+    } else if q.len() == 32 && q.bytes().all(|b| b.is_ascii_hexdigit()) {
+        ("ja3", q.to_ascii_lowercase())
+    } else {
+        ("user", q.to_string())
+    }
+}
+
+/// The search box on every page: a subject, opened on the live state page.
+#[function_component(Search)]
+pub fn search() -> Html {
+    let input = use_node_ref();
+    let submit = {
+        let input = input.clone();
+        Callback::from(move |e: SubmitEvent| {
+            e.prevent_default();
+            let Some(el) = input.cast::<web_sys::HtmlInputElement>() else {
+                return;
+            };
+            let q = el.value();
+            if q.trim().is_empty() {
+                return;
+            }
+            let (kind, value) = subject_of(&q);
+            el.set_value("");
+            if let Some(w) = web_sys::window() {
+                let _ = w.location().set_hash(&subject_href(kind, &value)[1..]);
+            }
+        })
+    };
+    html! {
+        <form class="search" role="search" onsubmit={submit}>
+            <input id="search" ref={input} type="search" aria-label="Look up an IP, user, device or JA3"
+                placeholder="IP, user, device:…, JA3" autocomplete="off" />
+        </form>
+    }
 }
 
 /// A link to a subject, or nothing for an empty value.
@@ -38,6 +90,7 @@ pub fn state() -> Html {
     let value = use_state(|| hash_param("value").unwrap_or_default());
     let subject = use_state(|| None::<Value>);
     let breakers = use_state(Vec::<Value>::new);
+    let hot = use_state(Vec::<Value>::new);
     let repairs = use_state(Vec::<Value>::new);
     let pool_name = use_state(|| hash_param("pool").unwrap_or_default());
     let pool = use_state(|| None::<Value>);
@@ -80,6 +133,24 @@ pub fn state() -> Html {
                     }
                 }
             });
+        });
+    }
+    // The hottest keys, read again every 5 s (and after each repair).
+    {
+        let (hot, err) = (hot.clone(), err.clone());
+        use_effect_with(reload.0, move |_| {
+            let load = move || {
+                let (hot, err) = (hot.clone(), err.clone());
+                spawn(async move {
+                    match api::get("/admin/v1/hot-keys?limit=15").await {
+                        Ok(v) => hot.set(v["keys"].as_array().cloned().unwrap_or_default()),
+                        Err(e) => err.set(Some(e)),
+                    }
+                });
+            };
+            load();
+            let i = gloo_timers::callback::Interval::new(5_000, load);
+            move || drop(i)
         });
     }
     // Follow the fragment (a subject link clicked on this page or another).
@@ -161,6 +232,81 @@ pub fn state() -> Html {
             };
             let decisions = s["decisions"].as_array().cloned().unwrap_or_default();
             let lists = s["lists"].as_array().cloned().unwrap_or_default();
+            let limits = s["limits"].as_array().cloned().unwrap_or_default();
+            // Counters (`count`) and distinct sets (`distinct`); a counter can be cleared.
+            let counted: Vec<(bool, Value)> = s["counters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| (true, c.clone()))
+                .chain(
+                    s["distinct"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|c| (false, c.clone())),
+                )
+                .collect();
+            let counted_rows = counted.iter().map(|(is_counter, c)| {
+                let key = text(&c["key"]);
+                let clear = {
+                    let (repair, key) = (repair.clone(), key.clone());
+                    Callback::from(move |_: MouseEvent| {
+                        repair.emit((
+                            "/admin/v1/limits/reset".to_string(),
+                            json!({ "key": key }),
+                            format!("The counter {key} was cleared on every instance."),
+                        ))
+                    })
+                };
+                let now = match c["error"].as_str() {
+                    Some(e) => format!("unreadable: {e}"),
+                    None => text(&c["count"]),
+                };
+                html! { <tr>
+                    <td>{ text(&c["rule"]) }</td>
+                    <td class="mono">{ key.clone() }</td>
+                    <td>{ if *is_counter { "requests" } else { "distinct items" } }</td>
+                    <td>{ duration(c["window_ms"].as_u64().unwrap_or(0)) }</td>
+                    <td>{ now }</td>
+                    <td>if can_repair && *is_counter && c["count"].as_i64().unwrap_or(0) > 0 {
+                        <button class="link" aria-label={format!("Clear the counter {key}")} onclick={clear}>{ "Clear" }</button>
+                    }</td>
+                </tr> }
+            });
+            let limit_rows = limits.iter().map(|l| {
+                let key = text(&l["key"]);
+                let clear = {
+                    let (repair, key) = (repair.clone(), key.clone());
+                    Callback::from(move |_: MouseEvent| {
+                        repair.emit((
+                            "/admin/v1/limits/reset".to_string(),
+                            json!({ "key": key }),
+                            format!("The rate limit {key} was cleared on every instance."),
+                        ))
+                    })
+                };
+                let burst = l["burst"].as_u64().unwrap_or(0);
+                let state = match (l["remaining"].as_u64(), l["error"].as_str()) {
+                    (_, Some(e)) => format!("unreadable: {e}"),
+                    (Some(0), _) => format!(
+                        "none left, next in {}",
+                        duration(l["retry_after_ms"].as_u64().unwrap_or(0))
+                    ),
+                    (Some(r), _) => format!("{r} of {burst} left"),
+                    (None, _) => String::new(),
+                };
+                let spent = l["remaining"].as_u64().is_some_and(|r| r < burst);
+                html! { <tr>
+                    <td>{ text(&l["rule"]) }</td>
+                    <td class="mono">{ key.clone() }</td>
+                    <td>{ format!("{}/s, bursts of {burst}", text(&l["rate_per_sec"])) }</td>
+                    <td class={if l["remaining"].as_u64() == Some(0) { "exhausted" } else { "" }}>{ state }</td>
+                    <td>if can_repair && spent {
+                        <button class="link" aria-label={format!("Clear the rate limit {key}")} onclick={clear}>{ "Clear" }</button>
+                    }</td>
+                </tr> }
+            });
             html! {
                 <section aria-label="Subject" id="subject">
                     <h2>{ format!("{k} ") }<span class="mono">{ v.clone() }</span></h2>
@@ -182,6 +328,26 @@ pub fn state() -> Html {
                     if can_repair {
                         <button id="reset-reputation" onclick={reset}
                             disabled={rep["points"].as_i64().unwrap_or(0) == 0}>{ "Reset reputation" }</button>
+                    }
+                    <h3>{ "Rate limits" }</h3>
+                    if limits.is_empty() {
+                        <p class="muted">{ "No rule of the active set keys a rate limit by this subject." }</p>
+                    } else {
+                        <div class="table-wrap">
+                        <table class="list" id="subject-limits">
+                            <thead><tr><th>{ "Rule" }</th><th>{ "Key" }</th><th>{ "Limit" }</th><th>{ "Now" }</th><th></th></tr></thead>
+                            <tbody>{ for limit_rows }</tbody>
+                        </table>
+                        </div>
+                    }
+                    if !counted.is_empty() {
+                        <h3>{ "Counters and distinct counts" }</h3>
+                        <div class="table-wrap">
+                        <table class="list" id="subject-counters">
+                            <thead><tr><th>{ "Rule" }</th><th>{ "Key" }</th><th>{ "Counts" }</th><th>{ "Window" }</th><th>{ "Now" }</th><th></th></tr></thead>
+                            <tbody>{ for counted_rows }</tbody>
+                        </table>
+                        </div>
                     }
                     <h3>{ "Last decisions" }</h3>
                     if let Some(e) = s["decisions_error"].as_str() { <p class="muted">{ e.to_string() }</p> }
@@ -306,6 +472,40 @@ pub fn state() -> Html {
                     </div>
                 }
             </section>
+            <section aria-label="Hottest keys">
+                <h2>{ "Hottest keys (this instance, last 2 min)" }</h2>
+                if hot.is_empty() { <p class="muted">{ "No rate limit or counter was called in the last two minutes." }</p> } else {
+                    <div class="table-wrap">
+                    <table class="list" id="hot-keys">
+                        <thead><tr><th>{ "Helper" }</th><th>{ "Key" }</th><th class="num">{ "Calls" }</th><th class="num">{ "Refused" }</th><th></th></tr></thead>
+                        <tbody>{ for hot.iter().map(|k| {
+                            let key = text(&k["key"]);
+                            let clear = {
+                                let (repair, key) = (repair.clone(), key.clone());
+                                Callback::from(move |_: MouseEvent| {
+                                    repair.emit((
+                                        "/admin/v1/limits/reset".to_string(),
+                                        json!({ "key": key }),
+                                        format!("The key {key} was cleared on every instance."),
+                                    ))
+                                })
+                            };
+                            let error = k["error"].as_u64().unwrap_or(0);
+                            html! { <tr>
+                                <td>{ if k["kind"] == "count" { "count" } else { "rate_limit" } }</td>
+                                <td class="mono">{ key.clone() }</td>
+                                <td class="num" title={if error > 0 { format!("at most {error} of them may be another key's") } else { String::new() }}>
+                                    { if error > 0 { format!("≤ {}", text(&k["calls"])) } else { text(&k["calls"]) } }</td>
+                                <td class="num">{ text(&k["refused"]) }</td>
+                                <td>if can_repair {
+                                    <button class="link" aria-label={format!("Clear {key}")} onclick={clear}>{ "Clear" }</button>
+                                }</td>
+                            </tr> }
+                        }) }</tbody>
+                    </table>
+                    </div>
+                }
+            </section>
             <section aria-label="Claim pools">
                 <h2>{ "Claim pool" }</h2>
                 <form class="filters" onsubmit={look_up_pool} aria-label="Look up a pool">
@@ -340,5 +540,15 @@ pub fn state() -> Html {
                 </div>
             </section>
         </div>
+    }
+}
+
+/// A wait, as an operator reads it: `850 ms`, `42 s`, `17 min`, `3 h`.
+fn duration(ms: u64) -> String {
+    match ms {
+        0..=999 => format!("{ms} ms"),
+        1_000..=119_999 => format!("{} s", ms.div_ceil(1_000)),
+        120_000..=7_199_999 => format!("{} min", ms.div_ceil(60_000)),
+        _ => format!("{} h", ms.div_ceil(3_600_000)),
     }
 }
