@@ -187,6 +187,20 @@ pub fn state() -> Html {
             });
         })
     };
+    // Clears one rate-limit or counter key on every instance (`what` names it in the notice).
+    let clear_key = {
+        let repair = repair.clone();
+        move |key: String, what: &'static str| {
+            let repair = repair.clone();
+            Callback::from(move |_: MouseEvent| {
+                repair.emit((
+                    "/admin/v1/limits/reset".to_string(),
+                    json!({ "key": key }),
+                    format!("The {what} {key} was cleared on every instance."),
+                ))
+            })
+        }
+    };
     let look_up = {
         let (kind, value, done, reload) =
             (kind.clone(), value.clone(), done.clone(), reload.clone());
@@ -249,16 +263,7 @@ pub fn state() -> Html {
                 .collect();
             let counted_rows = counted.iter().map(|(is_counter, c)| {
                 let key = text(&c["key"]);
-                let clear = {
-                    let (repair, key) = (repair.clone(), key.clone());
-                    Callback::from(move |_: MouseEvent| {
-                        repair.emit((
-                            "/admin/v1/limits/reset".to_string(),
-                            json!({ "key": key }),
-                            format!("The counter {key} was cleared on every instance."),
-                        ))
-                    })
-                };
+                let clear = clear_key(key.clone(), "counter");
                 let now = match c["error"].as_str() {
                     Some(e) => format!("unreadable: {e}"),
                     None => text(&c["count"]),
@@ -276,16 +281,7 @@ pub fn state() -> Html {
             });
             let limit_rows = limits.iter().map(|l| {
                 let key = text(&l["key"]);
-                let clear = {
-                    let (repair, key) = (repair.clone(), key.clone());
-                    Callback::from(move |_: MouseEvent| {
-                        repair.emit((
-                            "/admin/v1/limits/reset".to_string(),
-                            json!({ "key": key }),
-                            format!("The rate limit {key} was cleared on every instance."),
-                        ))
-                    })
-                };
+                let clear = clear_key(key.clone(), "rate limit");
                 let burst = l["burst"].as_u64().unwrap_or(0);
                 let state = match (l["remaining"].as_u64(), l["error"].as_str()) {
                     (_, Some(e)) => format!("unreadable: {e}"),
@@ -480,16 +476,7 @@ pub fn state() -> Html {
                         <thead><tr><th>{ "Helper" }</th><th>{ "Key" }</th><th class="num">{ "Calls" }</th><th class="num">{ "Refused" }</th><th></th></tr></thead>
                         <tbody>{ for hot.iter().map(|k| {
                             let key = text(&k["key"]);
-                            let clear = {
-                                let (repair, key) = (repair.clone(), key.clone());
-                                Callback::from(move |_: MouseEvent| {
-                                    repair.emit((
-                                        "/admin/v1/limits/reset".to_string(),
-                                        json!({ "key": key }),
-                                        format!("The key {key} was cleared on every instance."),
-                                    ))
-                                })
-                            };
+                            let clear = clear_key(key.clone(), "key");
                             let error = k["error"].as_u64().unwrap_or(0);
                             html! { <tr>
                                 <td>{ if k["kind"] == "count" { "count" } else { "rate_limit" } }</td>
