@@ -78,6 +78,13 @@ impl From<rampart_core::RequestError> for ApiError {
     }
 }
 
+/// A store the operator plane could not read or repair: `503 STORE_UNAVAILABLE`.
+impl From<rampart_core::store::StoreError> for ApiError {
+    fn from(e: rampart_core::store::StoreError) -> Self {
+        ApiError::new(503, "STORE_UNAVAILABLE", e.to_string())
+    }
+}
+
 /// Maps a JSON parse error to a stable code.
 pub(crate) fn json_error(e: serde_json::Error) -> ApiError {
     use serde_json::error::Category;

@@ -199,11 +199,7 @@ pub(super) async fn pool(
     authorize(&rt, &req, Role::Viewer)?;
     let pool = path.into_inner();
     check_pool(&pool)?;
-    let v = rt
-        .rule_state
-        .quotas
-        .view(&pool)
-        .map_err(|e| ApiError::new(503, "STORE_UNAVAILABLE", e.to_string()))?;
+    let v = rt.rule_state.quotas.view(&pool)?;
     Ok(HttpResponse::Ok().json(json!({
         "pool": pool,
         "claimed": v.claimed,

@@ -203,10 +203,7 @@ pub(super) async fn reset_reputation(
     let who = authorize(&rt, &req, Role::Author)?;
     let (_, rep_kind, value) = subject(&path)?;
     let now = now_ms();
-    let before = rt
-        .rule_state
-        .reputation(rep_kind, value, now)
-        .map_err(|e| ApiError::new(503, "STORE_UNAVAILABLE", e.to_string()))?;
+    let before = rt.rule_state.reputation(rep_kind, value, now)?;
     let repair = rt.control.repair(
         &rt.host(),
         &who,

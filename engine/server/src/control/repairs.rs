@@ -121,8 +121,7 @@ impl Control {
         let (action, target) = repair.audit();
         // Here first, so that a store that cannot do it answers the operator (and nothing is
         // recorded for the others).
-        act(rt, &repair, true)
-            .map_err(|e| ApiError::new(503, "STORE_UNAVAILABLE", e.to_string()))?;
+        act(rt, &repair, true)?;
         self.mutate(rt, who, |s| {
             s.next_repair_id += 1;
             let entry = RepairEntry {
