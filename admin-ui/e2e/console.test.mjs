@@ -529,6 +529,14 @@ test("live state: look up a subject from a decision, reset its reputation, close
   await page.waitForFunction(() => document.querySelector("#pool-refilled")?.textContent === "1");
   assert.equal((await lateDraw("late-comer-2")).code, "OK");
   assert.equal((await lateDraw("late-comer-3")).code, "QUOTA_EXHAUSTED");
+  // The winner's subject view lists the pool it holds a claim in; a click looks the pool up.
+  await page.fill("#p-name", "");
+  await page.evaluate(() => { location.hash = "#/state?kind=user&value=late-comer-2"; });
+  await page.waitForSelector("#subject-claims button");
+  assert.deepEqual(await page.$$eval("#subject-claims button", (b) => b.map((x) => x.textContent)), [`lottery:${event}`]);
+  await page.click("#subject-claims button");
+  await page.waitForFunction((name) => document.querySelector("#p-name")?.value === name, `lottery:${event}`);
+  await page.waitForFunction(() => document.querySelector("#pool-claimed")?.textContent === "101");
   await page.waitForSelector("#repairs tbody tr");
   assert.deepEqual(
     await page.$$eval("#repairs tbody tr td:nth-child(2)", (tds) => tds.map((t) => t.textContent)),

@@ -345,6 +345,25 @@ pub fn state() -> Html {
                         </table>
                         </div>
                     }
+                    if let Some(held) = s["claims"].as_array().filter(|c| !c.is_empty()) {
+                        <h3>{ "Claims held" }</h3>
+                        <ul id="subject-claims" class="plain">
+                        { for held.iter().map(|c| {
+                            let name = text(&c["pool"]);
+                            let open = {
+                                let (pool_name, reload, name) = (pool_name.clone(), reload.clone(), name.clone());
+                                Callback::from(move |_: MouseEvent| {
+                                    pool_name.set(name.clone());
+                                    reload.dispatch(());
+                                })
+                            };
+                            html! { <li><button class="link mono" aria-label={format!("Look up the pool {name}")} onclick={open}>{ name.clone() }</button></li> }
+                        }) }
+                        </ul>
+                    }
+                    if let Some(e) = s["claims"]["error"].as_str() {
+                        <p class="muted">{ format!("Claims unreadable: {e}") }</p>
+                    }
                     <h3>{ "Last decisions" }</h3>
                     if let Some(e) = s["decisions_error"].as_str() { <p class="muted">{ e.to_string() }</p> }
                     <div class="table-wrap">

@@ -1354,7 +1354,8 @@ async fn a_subjects_reputation_is_shown_and_reset_by_an_author() {
          if !rate_limit(\"ip:\" + req.ip, 0.001, 5) { deny(\"RATE_LIMITED\", \"ip\") }\n\
          if !rate_limit(\"user:\" + req.user, 0.001, 3) { deny(\"RATE_LIMITED\", \"user\") }\n\
          if count(\"orders:\" + req.user, 600000) > 100 { deny(\"orders\") }\n\
-         if distinct(\"accounts:\" + req.ip, req.user, 3600000) > 100 { deny(\"accounts\") }\n",
+         if distinct(\"accounts:\" + req.ip, req.user, 3600000) > 100 { deny(\"accounts\") }\n\
+         claim(\"promo:\" + req.ip, req.user, 100);\n",
     )
     .unwrap();
     let rt = runtime(
@@ -1435,6 +1436,12 @@ async fn a_subjects_reputation_is_shown_and_reset_by_an_author() {
     let r = test::call_service(&app, get("/admin/v1/subjects/user/u-subject", AUTHOR)).await;
     let v: Value = test::read_body_json(r).await;
     assert_eq!(v["reputation"]["points"], 30);
+    // One claim held (the two later calls were duplicates).
+    assert_eq!(
+        v["claims"],
+        json!([{ "pool": "promo:203.0.113.50" }]),
+        "{v}"
+    );
     assert_eq!(v["lists"], json!([]));
     let limit = &v["limits"][0];
     assert_eq!(

@@ -1221,4 +1221,47 @@ fn a_subjects_reputation_is_read_and_reset_across_instances() {
         );
         assert_eq!(code(&fleet[1].decide(&c.json()).1), want);
     }
+
+    // The claims the user holds, granted on one instance, listed on the other; a claim refused
+    // as a duplicate adds nothing, and another user's claim is not listed.
+    let events = [fresh("ev-b"), fresh("ev-a")];
+    for (i, (event, who, want)) in [
+        (&events[0], user.as_str(), "OK"),
+        (&events[1], user.as_str(), "OK"),
+        (&events[1], user.as_str(), "QUOTA_EXHAUSTED"),
+        (&events[0], "someone-else", "OK"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = call(
+            "/api/lottery",
+            &format!("{{\"event\":\"{event}\",\"attempt\":{i}}}"),
+            who,
+            fresh("claims"),
+        );
+        c.params = serde_json::json!({ "event": event, "attempt": i });
+        assert_eq!(code(&fleet[0].decide(&c.json()).1), want);
+    }
+    let mut want: Vec<serde_json::Value> = events
+        .iter()
+        .map(|e| serde_json::json!({ "pool": format!("prize-{e}") }))
+        .collect();
+    want.sort_by_key(|v| v["pool"].as_str().unwrap().to_string());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let claims = loop {
+        let (_, v) = fleet[1].admin_get(&path);
+        if v["claims"] == serde_json::json!(want) || Instant::now() > deadline {
+            break v["claims"].clone();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(claims, serde_json::json!(want));
+    let (_, v) = fleet[1].admin_get("/admin/v1/subjects/user/someone-else");
+    assert_eq!(
+        v["claims"],
+        serde_json::json!([{ "pool": format!("prize-{}", events[0]) }])
+    );
+    let (_, v) = fleet[1].admin_get(&format!("/admin/v1/subjects/ip/{}", "198.51.100.20"));
+    assert!(v.get("claims").is_none(), "only a user holds claims: {v}");
 }

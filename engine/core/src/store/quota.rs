@@ -77,6 +77,9 @@ pub trait QuotaStore: Send + Sync {
     fn refill(&self, pool: &str, add: u64, now_ms: i64) -> Result<u64, StoreError>;
     /// The pool's claims and refills.
     fn view(&self, pool: &str) -> Result<PoolView, StoreError>;
+    /// The pools in which `user` holds a claim, at most `max` of them, sorted (the subject view
+    /// of an operator; never on a decision's path).
+    fn held(&self, user: &str, max: usize) -> Result<Vec<String>, StoreError>;
     /// Whether every instance sees the same pools (a refill is then done once, not by each).
     fn shared(&self) -> bool {
         false
@@ -232,6 +235,21 @@ impl QuotaStore for LocalQuotas {
             }))
     }
 
+    fn held(&self, user: &str, max: usize) -> Result<Vec<String>, StoreError> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let map = shard.lock().unwrap_or_else(|e| e.into_inner());
+            out.extend(
+                map.iter()
+                    .filter(|(_, p)| p.holders.contains(user))
+                    .map(|(name, _)| name.to_string()),
+            );
+        }
+        out.sort_unstable();
+        out.truncate(max);
+        Ok(out)
+    }
+
     fn maintain(&self, now_ms: i64) {
         let due = self.last_purge.due(now_ms, self.shards.len());
         for i in shard_indices(due, self.shards.len()) {
@@ -349,6 +367,21 @@ mod tests {
             Claim::Granted { remaining: 1 }
         );
         assert!(q.refill("", 1, 0).is_err());
+    }
+
+    #[test]
+    fn held_lists_the_pools_a_user_claimed_in() {
+        let q = LocalQuotas::new(1000, 60_000);
+        q.claim("lottery:7", "a", 5, 0).unwrap();
+        q.claim("coupon:X", "a", 5, 0).unwrap();
+        q.claim("coupon:X", "b", 5, 0).unwrap();
+        // A peek and a refused claim hold nothing.
+        q.peek("coupon:Y", "a", 5).unwrap();
+        q.claim("coupon:Z", "a", 0, 0).unwrap();
+        assert_eq!(q.held("a", 10).unwrap(), ["coupon:X", "lottery:7"]);
+        assert_eq!(q.held("a", 1).unwrap(), ["coupon:X"]);
+        assert_eq!(q.held("b", 10).unwrap(), ["coupon:X"]);
+        assert!(q.held("c", 10).unwrap().is_empty());
     }
 
     #[test]

@@ -59,8 +59,12 @@ fn covers(kind: ListKind, entry: &str, value: &str) -> bool {
     }
 }
 
+/// Claim pools listed in a user's subject view.
+const MAX_CLAIMS_SHOWN: usize = 100;
+
 /// `GET /admin/v1/subjects/{kind}/{value}`: the subject's reputation, the list entries that
-/// cover it, the rate limits, counters and distinct sets keyed by it and its last decisions (from the decision log; a log that cannot answer is reported
+/// cover it, the rate limits, counters and distinct sets keyed by it, the claim pools a user
+/// holds a claim in, and its last decisions (from the decision log; a log that cannot answer is reported
 /// in `decisions_error`, the rest is answered).
 pub(super) async fn get(
     rt: web::Data<Runtime>,
@@ -113,6 +117,16 @@ pub(super) async fn get(
     out["limits"] = json!(limits);
     out["counters"] = json!(counters);
     out["distinct"] = json!(distinct);
+    if kind == ListKind::User {
+        // The claim pools this user holds a claim in (coupons redeemed, prizes won).
+        out["claims"] = match rt.rule_state.quotas.held(value, MAX_CLAIMS_SHOWN) {
+            Ok(pools) => json!(pools
+                .into_iter()
+                .map(|pool| json!({ "pool": pool }))
+                .collect::<Vec<_>>()),
+            Err(e) => json!({ "error": e.to_string() }),
+        };
+    }
     if kind != ListKind::Ja3 {
         match crate::http::query_filtered(rt.clone(), f, false).await {
             Ok(v) => out["decisions"] = v["decisions"].clone(),

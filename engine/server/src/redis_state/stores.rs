@@ -971,7 +971,38 @@ impl RedisQuotas {
         ]
     }
 
+    /// The set of pools a user claimed in (`held`): written after each grant, off the decision's
+    /// path, for operators. It is a separate key (another slot than the pools' holder sets), so
+    /// it is not written atomically with the claim; `held` checks every entry against the
+    /// pool's holder sets before listing it.
+    fn user_key(&self, user: &str) -> String {
+        format!("{}:qu:{{{}}}", self.redis.prefix(), key_part(user))
+    }
+
     fn run(&self, pool: &str, user: &str, stock: u64, peek: bool) -> Result<Claim, StoreError> {
+        let claim = self.walk_claim(pool, user, stock, peek)?;
+        if !peek && matches!(claim, Claim::Granted { .. }) {
+            let (key, pool, ttl) = (self.user_key(user), pool.to_string(), self.ttl_ms);
+            self.redis.send(move |mut c| async move {
+                redis::pipe()
+                    .sadd(&key, &pool)
+                    .ignore()
+                    .pexpire(&key, ttl)
+                    .ignore()
+                    .query_async::<()>(&mut c)
+                    .await
+            });
+        }
+        Ok(claim)
+    }
+
+    fn walk_claim(
+        &self,
+        pool: &str,
+        user: &str,
+        stock: u64,
+        peek: bool,
+    ) -> Result<Claim, StoreError> {
         if pool.is_empty() || user.is_empty() {
             return Err(invalid("claim needs a pool and a user"));
         }
@@ -1117,6 +1148,42 @@ impl QuotaStore for RedisQuotas {
             refilled,
             segments,
         })
+    }
+
+    fn held(&self, user: &str, max: usize) -> Result<Vec<String>, StoreError> {
+        if user.is_empty() {
+            return Err(invalid("held needs a user"));
+        }
+        let key = self.user_key(user);
+        let mut pools: Vec<String> = self
+            .redis
+            .call(move |c| redis::cmd("SMEMBERS").arg(&key).query(c))?;
+        pools.sort_unstable();
+        // Each entry checked against the pool's holder sets (a pool that expired, or a claim
+        // an operator released, is not listed).
+        let member = key_part(user).into_owned();
+        let mut out = Vec::new();
+        for pool in pools {
+            if out.len() == max {
+                break;
+            }
+            let mut holders: Vec<String> =
+                (0..self.segments).map(|s| self.keys(&pool, s).0).collect();
+            holders.push(self.refill_keys(&pool)[0].clone());
+            let cmds: Vec<redis::Cmd> = holders
+                .iter()
+                .map(|h| {
+                    let mut c = redis::cmd("SISMEMBER");
+                    c.arg(h).arg(&member);
+                    c
+                })
+                .collect();
+            let found: Vec<i64> = self.redis.call(move |c| c.query_all::<i64>(cmds.clone()))?;
+            if found.contains(&1) {
+                out.push(pool);
+            }
+        }
+        Ok(out)
     }
 
     fn shared(&self) -> bool {
