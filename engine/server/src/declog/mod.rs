@@ -9,6 +9,7 @@
 
 pub mod clickhouse;
 pub(crate) mod query;
+pub mod summary;
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -135,6 +136,8 @@ enum Msg {
 
 pub struct DecisionLog {
     tx: SyncSender<Msg>,
+    /// The local log's per-minute summary, for stats (see [`summary`]).
+    pub(crate) summary: Mutex<summary::LocalSummary>,
     ring: Arc<Mutex<VecDeque<DecisionRecord>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     submitted: AtomicU64,
@@ -226,6 +229,7 @@ impl DecisionLog {
             .spawn(move || w.run(rx))?;
         Ok(DecisionLog {
             tx,
+            summary: Mutex::new(summary::LocalSummary::default()),
             ring,
             writer: Mutex::new(Some(writer)),
             submitted: AtomicU64::new(0),

@@ -92,7 +92,7 @@ pub(crate) async fn query_filtered(
                 // Every decision already answered is in the files before they are read.
                 writer.log.flush();
                 if stats {
-                    crate::declog::query::stats_local(&dir, &f, now)
+                    crate::declog::query::stats_local(&dir, &f, now, Some(&writer.log.summary))
                 } else {
                     crate::declog::query::decisions_local(&dir, &f, now)
                 }
