@@ -1269,3 +1269,65 @@ fn a_set_lists_the_state_it_keys_by_a_subject() {
         ]
     );
 }
+
+/// The gateway's rate limits planned ahead of the rules (for a shared store to spend them in
+/// the anti-replay step's round trip): the calls the tier will make, in order, for as long as
+/// each allows — rules for other routes and rules whose other conditions are false skipped,
+/// the plan ending at the first rule it cannot follow (here a counter) — and nothing spent.
+#[test]
+fn the_gateway_tiers_rate_limits_are_planned_in_order_and_nothing_is_spent() {
+    use rampart_core::rules::Req;
+    let state = RuleState::local(10_000);
+    let gate = |name: &str, prio: i64, meta: &str, body: &str| {
+        rule(&format!("gateway/{name}.rhai"), name, prio, meta, body)
+    };
+    let sources = [
+        gate("ip", 10, "", "if req.ip != \"\" && !rate_limit(\"ip:\" + req.ip, 10, 3) { deny(\"RATE_LIMITED\", \"ip\") }"),
+        gate("sale", 20, "//! routes: /api/sale\n", "if req.method == \"POST\" && !rate_limit(\"sale:\" + req.path, 500.5, 200) { deny(\"RATE_LIMITED\", \"sale\") }"),
+        gate("user", 30, "", "if !rate_limit(\"user:\" + req.user, 0.5, 2) { deny(\"RATE_LIMITED\", \"user\") }"),
+        gate("orders", 40, "", "if count(\"orders:\" + req.user, 60000) > 5 { deny(\"orders\") }"),
+        gate("late", 50, "", "if !rate_limit(\"late:\" + req.ip, 1, 1) { deny(\"RATE_LIMITED\", \"late\") }"),
+    ];
+    let set = RuleSet::compile(&sources, RuleSettings::default(), &state).unwrap();
+    let plan = |path: &str, ip: &str| -> Vec<(String, f64, u32)> {
+        let mut d = request("shop", path, ip, "ua", true);
+        if ip.is_empty() {
+            d.client.ip = None;
+        }
+        set.plan_limits(
+            rampart_core::policy::Tier::Gateway,
+            &Req::from_request(&d, 1_000_000),
+        )
+        .into_iter()
+        .map(|c| (c.key, c.rate_per_sec, c.burst))
+        .collect()
+    };
+    assert_eq!(
+        plan("/x", "192.0.2.9"),
+        [("ip:192.0.2.9".into(), 10.0, 3), ("user:u1".into(), 0.5, 2)]
+    );
+    assert_eq!(
+        plan("/api/sale", "192.0.2.9"),
+        [
+            ("ip:192.0.2.9".into(), 10.0, 3),
+            ("sale:/api/sale".into(), 500.5, 200),
+            ("user:u1".into(), 0.5, 2)
+        ]
+    );
+    assert_eq!(plan("/x", ""), [("user:u1".into(), 0.5, 2)]);
+    // Planning spent nothing; the rules spend when they run.
+    assert_eq!(
+        state.limiter.gcra_tat("ip:192.0.2.9", 1_000_000).unwrap(),
+        None
+    );
+    let (e, _) = engine_with(set);
+    let v = e
+        .decide(&request("shop", "/x", "192.0.2.9", "ua", true), 1_000_000)
+        .unwrap();
+    assert_eq!(v.code, Code::Ok, "{v:?}");
+    assert!(state
+        .limiter
+        .gcra_tat("ip:192.0.2.9", 1_000_000)
+        .unwrap()
+        .is_some());
+}

@@ -361,6 +361,84 @@ fn anti_replay_core_in_one_script(redis: &RedisServer, e: &Engine, tag: &str) {
     );
 }
 
+/// On one node the gateway tier's rate limits ride the anti-replay script: a decision whose
+/// limit allows costs one script and one round trip in all (it was one more of each per limit),
+/// and the answers are those the rule gets asking Redis itself. A replay and a duplicate
+/// submission spend nothing (the script stops before the limits); the refusal is remembered, so
+/// the next request's script carries no limit and the rule is answered without Redis.
+fn rate_limits_ride_the_anti_replay_script(
+    redis: &RedisServer,
+    e: &Engine,
+    tag: &str,
+    prefix: &str,
+) {
+    let user = fresh("ride");
+    // Three requests a user may make (bursts of 3, one more every 1,000 s).
+    let sent: Vec<Call> = (0..3)
+        .map(|i| {
+            call(
+                "/api/slow-rate",
+                &format!("{{\"r\":{i}}}"),
+                &user,
+                fresh(tag),
+            )
+        })
+        .collect();
+    // One call first, so that Redis holds the script (loading it is a round trip of its own).
+    let warm = call("/api/slow-rate", "{}", &fresh("warm"), fresh(tag));
+    assert_eq!(code(&e.decide(&warm.json()).1), "OK");
+    let seen = monitored(redis, || {
+        for c in &sent[..2] {
+            assert_eq!(code(&e.decide(&c.json()).1), "OK");
+        }
+    });
+    // The commands sent to Redis (not those a script ran, nor the background's: the Bloom
+    // filters' fill sampling and the control plane's polling).
+    let limit_key = format!("\"{prefix}:g:slow:{user}\"");
+    let sent_cmds: Vec<&String> = seen
+        .iter()
+        .filter(|l| l.contains("] \"") && !l.contains("[0 lua]"))
+        .filter(|l| !l.contains("\"BITCOUNT\"") && !l.contains(":ctl:"))
+        .collect();
+    assert_eq!(
+        sent_cmds.len(),
+        2,
+        "one round trip per decision: {sent_cmds:#?}"
+    );
+    assert!(
+        sent_cmds
+            .iter()
+            .all(|l| l.contains("\"EVALSHA\"") && l.contains(&limit_key)),
+        "the limit inside each decision's script: {sent_cmds:#?}"
+    );
+    // A replay of the first (the same nonce) and the second sent again with a new nonce.
+    assert_eq!(code(&e.decide(&sent[0].json()).1), "REPLAY_DUPLICATE");
+    let again = call("/api/slow-rate", "{\"r\":1}", &user, fresh(tag));
+    assert_eq!(code(&e.decide(&again.json()).1), "DUPLICATE_SUBMISSION");
+    // Neither spent the limit: the third request still passes, the fourth is refused.
+    assert_eq!(code(&e.decide(&sent[2].json()).1), "OK");
+    let cached = e.metric("rampart_redis_refusals_cached_total");
+    let fourth = call("/api/slow-rate", "{\"r\":3}", &user, fresh(tag));
+    let v = e.decide(&fourth.json()).1;
+    assert_eq!(code(&v), "RATE_LIMITED", "{v}");
+    assert!(v["retry_after_ms"].as_u64().unwrap_or(0) > 900_000, "{v}");
+    // Remembered: the fifth is refused without asking Redis for the limit.
+    let seen = monitored(redis, || {
+        let fifth = call("/api/slow-rate", "{\"r\":4}", &user, fresh(tag));
+        assert_eq!(code(&e.decide(&fifth.json()).1), "RATE_LIMITED");
+    });
+    assert_eq!(
+        e.metric("rampart_redis_refusals_cached_total") - cached,
+        1.0
+    );
+    assert!(
+        seen.iter()
+            .filter(|l| l.contains("\"EVALSHA\""))
+            .all(|l| !l.contains(&limit_key)),
+        "{seen:#?}"
+    );
+}
+
 /// A counter of the engine's `/metrics`.
 /// Every command Redis runs while `f` runs, as `redis-cli MONITOR` prints them (those a script
 /// runs included, marked `lua`).
@@ -584,6 +662,7 @@ fn single_node_three_instances_act_as_one() {
     );
     suite(&bloom, "sb");
     anti_replay_core_in_one_script(&redis, &bloom[0], "sb-one");
+    rate_limits_ride_the_anti_replay_script(&redis, &bloom[0], "sb-ride", "rampart");
     refused_floods_cost_redis_no_limit_call(&redis, &bloom[0], "sb-flood");
     window_reads_match_the_in_process_limiter(node_settings(&url));
     // A whole batch on one worker (each item makes several Redis calls on that worker's thread).
@@ -667,6 +746,7 @@ fn single_node_three_instances_act_as_one() {
     // timestamp can no longer pass the window).
     let keys = redis.cli(&["--scan", "--pattern", "rx:n:shop:*"]);
     assert!(keys.lines().count() >= 10, "{keys}");
+    rate_limits_ride_the_anti_replay_script(&redis, &exact[0], "se-ride", "rx");
     exactly_one_of_concurrent_identical_requests_passes(&exact, "se");
     no_gap_at_the_window_edges(&exact, "se");
 }

@@ -327,6 +327,12 @@ impl Engine {
         Some(v)
     }
 
+    /// Whether the nonce store spends the gateway tier's planned rate limits in its own round
+    /// trip (a shared store that can, and no local fallback to keep in step).
+    fn batch_limits(&self) -> bool {
+        self.fallback.is_none() && self.nonces.batches_limits()
+    }
+
     /// Judges one request at server time `now_ms`.
     pub fn decide(&self, req: &DecideRequest, now_ms: i64) -> Result<Verdict, RequestError> {
         let (req, bad_path) = normalized(req);
@@ -402,7 +408,7 @@ impl Engine {
             Continue(t) => t,
             Break(v) => return Ok(Err(v)),
         };
-        match self.check_nonce(&ctx, nonce, ts, skew, None) {
+        match self.check_nonce(&ctx, nonce, ts, skew, None, &[]) {
             Continue(_) => Ok(Ok(key)),
             Break(v) => Ok(Err(v)),
         }
@@ -640,10 +646,21 @@ impl Engine {
         session.step("nonce");
         let then = self.fingerprint_of(ctx, carried.body_hash);
         let together = then.filter(|_| carried.solution.is_none());
-        let (degraded, answered) = match self.check_nonce(ctx, nonce, ts, skew, together) {
-            Continue(d) => d,
-            Break(v) => return v,
+        // The gateway tier's rate limits go with them where the store can take them (and no
+        // solution is recorded in between): planned here, spent in the same round trip only if
+        // the request is fresh and new, handed to the rules below.
+        let limits = match rule_req {
+            Some(r) if carried.solution.is_none() && self.batch_limits() => {
+                set.plan_limits(Tier::Gateway, r)
+            }
+            _ => Vec::new(),
         };
+        let (degraded, answered, spent) =
+            match self.check_nonce(ctx, nonce, ts, skew, together, &limits) {
+                Continue(d) => d,
+                Break(v) => return v,
+            };
+        let _prefetched = crate::rules::prefetched(limits.into_iter().zip(spent));
         // A proof of work is used once: recorded now that the request is known fresh.
         if let Some(s) = carried.solution {
             session.step("challenge");

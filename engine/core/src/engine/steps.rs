@@ -15,6 +15,15 @@ use crate::store::StoreError;
 
 use super::Engine;
 
+/// What the nonce step found besides freshness: whether the decision is degraded, the
+/// fingerprint's answer when the store took it in the same step, and the answers of the rate
+/// limits it spent with it (see `NonceStore::check_and_insert_limits`).
+pub(super) type NonceAnswer = (
+    bool,
+    Option<Result<bool, StoreError>>,
+    Vec<crate::store::limits::Gcra>,
+);
+
 impl Engine {
     /// Step 2, signature: the three anti-replay headers are there and some `x-signature` entry
     /// matches a key of the app that is active now (only the key `x-key-id` names, when it names
@@ -135,7 +144,8 @@ impl Engine {
         ts: i64,
         skew: i64,
         then: Option<Then>,
-    ) -> ControlFlow<Verdict, (bool, Option<Result<bool, StoreError>>)> {
+        limits: &[crate::store::limits::LimitCall],
+    ) -> ControlFlow<Verdict, NonceAnswer> {
         let (app, now_ms) = (ctx.app, ctx.now_ms);
         if let Err(msg) = validate_nonce(nonce) {
             return Break(Verdict::reject(
@@ -175,8 +185,26 @@ impl Engine {
         let mut degraded = false;
         // With a fingerprint to record, one step where the store can (one round trip); the
         // fingerprint's answer is then handed to the fingerprint step.
-        let combined = match then {
-            Some(t) if self.fallback.is_none() => {
+        let mut spent = Vec::new();
+        let batched = match limits {
+            [] => None,
+            _ if self.fallback.is_some() => None,
+            _ => self.nonces.check_and_insert_limits(
+                &app.id,
+                nonce,
+                ts,
+                app.window_ms,
+                now_ms,
+                then,
+                limits,
+            ),
+        };
+        let combined = match (batched, then) {
+            (Some((c, answers)), _) => {
+                spent = answers;
+                Some(c)
+            }
+            (None, Some(t)) if self.fallback.is_none() => {
                 self.nonces
                     .check_and_insert_then(&app.id, nonce, ts, app.window_ms, now_ms, t)
             }
@@ -236,7 +264,7 @@ impl Engine {
                 None => degraded = true,
             },
         }
-        Continue((degraded, fingerprint))
+        Continue((degraded, fingerprint, spent))
     }
 
     /// The duplicate-submission fingerprint the request records, if its route and method call for

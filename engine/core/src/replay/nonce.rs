@@ -105,6 +105,33 @@ pub trait NonceStore: Send + Sync {
         None
     }
 
+    /// Whether this store can take [`check_and_insert_limits`](Self::check_and_insert_limits)
+    /// (the engine plans the gateway tier's rate limits only then).
+    fn batches_limits(&self) -> bool {
+        false
+    }
+
+    /// [`check_and_insert`](Self::check_and_insert), or
+    /// [`check_and_insert_then`](Self::check_and_insert_then) with `then`, and, only when the
+    /// nonce is fresh and the fingerprint (if any) new, the GCRA steps of `limits` in order,
+    /// stopping after the first that refuses: for a shared store, all in one round trip. The
+    /// second result has the answers of the steps taken (a prefix of `limits`; empty when the
+    /// request was a replay or a duplicate, or when the store could not tell whether an earlier
+    /// send of this call took them). `None` when this store cannot.
+    #[allow(clippy::too_many_arguments)]
+    fn check_and_insert_limits(
+        &self,
+        _app: &str,
+        _nonce: &str,
+        _ts_ms: i64,
+        _window_ms: i64,
+        _now_ms: i64,
+        _then: Option<Then>,
+        _limits: &[crate::store::limits::LimitCall],
+    ) -> Option<(Combined, Vec<crate::store::limits::Gcra>)> {
+        None
+    }
+
     /// A hint that `(app, nonce)` with `ts_ms` will be checked soon: a store may bring the memory it
     /// will touch into cache. Must not read or write any record.
     fn prefetch(&self, _app: &str, _nonce: &str, _ts_ms: i64) {}

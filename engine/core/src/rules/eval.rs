@@ -249,6 +249,37 @@ impl RuleSet {
         None
     }
 
+    /// The rate limits `tier`'s rules will spend for `req`, in order, for as long as each allows:
+    /// the rules that apply are planned in priority order ([`super::precheck::Precheck::plan`])
+    /// until the first that is not ruled out under that assumption (or has no pre-check). A store
+    /// can then spend them in the anti-replay step's round trip, stopping at the first refusal,
+    /// and hand the answers to the rules ([`super::prefetched`]): the same calls, in the same
+    /// order, with the same answers, as the tier makes on its own. Empty without counting state.
+    pub fn plan_limits(&self, tier: Tier, req: &Req) -> Vec<crate::store::limits::LimitCall> {
+        let mut out = Vec::new();
+        let Some(state) = self.state.as_ref() else {
+            return out;
+        };
+        let index = &self.tiers[tier.index()];
+        let max_string = self.engine.max_string_size();
+        EVAL_NOW.with(|n| n.set(req.now_ms));
+        for &i in index.for_app(req.app()) {
+            let rule = &index.rules[i];
+            if !rule.applies_to_route(req.path()) {
+                continue;
+            }
+            let planned = rule
+                .precheck
+                .as_ref()
+                .and_then(|p| p.plan(req, &self.lists, max_string, state));
+            match planned {
+                Some(calls) => out.extend(calls),
+                None => break,
+            }
+        }
+        out
+    }
+
     /// What this set would decide for `req` if it were enforced, without lasting effects: claims
     /// only peek, reputation is not fed, and rate limits, counters and distinct counts use keys
     /// under a prefix of their own (`sim:<version>:`). Returns the refusal (as a shadow hit

@@ -7,6 +7,7 @@ use super::state::{
     by_policy, ns_key, RuleState, EVAL_NOW, IN_EDGE, LAST_RETRY, REPUTATION_KINDS, RULE_ID,
 };
 use crate::store::hot::HotKind;
+use crate::store::limits::{Gcra, LimitCall};
 
 /// Names of the helper functions registered for rules (used by the unknown-helper lint).
 pub const HELPERS: &[&str] = &[
@@ -181,6 +182,49 @@ pub(super) fn replayed(
     recorded.unwrap_or_else(call)
 }
 
+thread_local! {
+    /// Rate limits already spent for the decision on this thread, in the order its rules will
+    /// call them, with their answers (see [`prefetched`]).
+    static PREFETCHED: std::cell::RefCell<std::collections::VecDeque<(LimitCall, Gcra)>> =
+        const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+}
+
+/// Hands the answers of rate limits a store spent ahead of the rules (in the anti-replay step's
+/// round trip, planned by [`super::RuleSet::plan_limits`]) to the `rate_limit` calls of this
+/// thread's decision: each call on the next planned (key, rate, burst) takes its answer instead
+/// of asking the store. Returns a guard that forgets what was not taken.
+pub fn prefetched(answers: impl IntoIterator<Item = (LimitCall, Gcra)>) -> PrefetchedGuard {
+    PREFETCHED.with(|p| {
+        let mut p = p.borrow_mut();
+        p.clear();
+        p.extend(answers);
+    });
+    PrefetchedGuard(())
+}
+
+/// Forgets the prefetched answers not taken when dropped.
+#[must_use]
+pub struct PrefetchedGuard(());
+
+impl Drop for PrefetchedGuard {
+    fn drop(&mut self) {
+        PREFETCHED.with(|p| p.borrow_mut().clear());
+    }
+}
+
+/// The prefetched answer for this call, when it is the next one planned.
+fn take_prefetched(key: &str, rate: f64, burst: u32) -> Option<Gcra> {
+    PREFETCHED.with(|p| {
+        let mut p = p.borrow_mut();
+        let (next, _) = p.front()?;
+        if next.key == key && next.rate_per_sec == rate && next.burst == burst {
+            p.pop_front().map(|(_, g)| g)
+        } else {
+            None
+        }
+    })
+}
+
 /// `rate_limit(key, rate, burst)`: one GCRA step; `true` while the key is within its rate.
 pub(super) fn rate_limit(
     st: Option<&RuleState>,
@@ -192,12 +236,20 @@ pub(super) fn rate_limit(
     let st = st.ok_or_else(|| rt_err("rate_limit: no limiter state".into()))?;
     let burst =
         u32::try_from(burst).map_err(|_| rt_err("rate_limit: burst out of range".into()))?;
+    let key_ns = ns_key(key);
+    let now = EVAL_NOW.with(|n| n.get());
+    let answer = match take_prefetched(&key_ns, rate, burst) {
+        Some(g) => {
+            st.limiter.learn_answer(&key_ns, now, rate, burst, g);
+            Ok(g)
+        }
+        None => st.limiter.gcra(&key_ns, now, rate, burst),
+    };
     let g = by_policy(
         "rate_limit",
         "limits",
         st.policies.limits,
-        st.limiter
-            .gcra(&ns_key(key), EVAL_NOW.with(|n| n.get()), rate, burst),
+        answer,
         crate::store::limits::Gcra {
             allowed: true,
             retry_after_ms: 0,

@@ -54,7 +54,7 @@ mod subject_keys;
 
 pub use compile::{rule_sets_alive, RuleSet, RuleSettings};
 pub use eval::{Outcome, RuleSession};
-pub use helpers::HELPERS;
+pub use helpers::{prefetched, PrefetchedGuard, HELPERS};
 pub use live::LiveRules;
 pub use request::{DecisionContext, Req, ReqData};
 pub use source::{content_version, Mode, RuleError, RuleInfo, RuleMeta, Source};

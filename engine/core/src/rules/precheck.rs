@@ -57,7 +57,7 @@ enum P {
     Unit,
     Bool(bool),
     Int(i64),
-    Float,
+    Float(f64),
     Str(Box<str>),
     Req,
     /// The value of the `let` in this slot.
@@ -112,7 +112,7 @@ impl P {
             P::Unit
             | P::Bool(_)
             | P::Int(_)
-            | P::Float
+            | P::Float(_)
             | P::Str(_)
             | P::Req
             | P::Var(_)
@@ -186,8 +186,9 @@ enum V<'a> {
     Unit,
     Bool(bool),
     Int(i64),
-    /// A float: only its type is read (`type_of`); comparisons of floats go to the interpreter.
-    Float,
+    /// A float: read as a rate limit's rate and by `type_of`; comparisons of floats go to the
+    /// interpreter.
+    Float(f64),
     Str(&'a str),
     /// A string made for this decision (a parameter, a header).
     Owned(ImmutableString),
@@ -281,6 +282,7 @@ impl Precheck {
             state,
             vars: Vec::with_capacity(self.lets.len()),
             calls,
+            plan: None,
         };
         let ruled_out = self.rules_out_in(&mut cx);
         if ruled_out {
@@ -290,6 +292,36 @@ impl Precheck {
             Checked::RuledOut
         } else {
             Checked::Run(cx.calls)
+        }
+    }
+
+    /// Plans the rule for `req` as if every rate limit it calls allowed the request, spending
+    /// nothing: `Some(limits)` — the `rate_limit` calls it makes, in order — when it is then
+    /// ruled out (every condition `false`); `None` when it is not, or when a condition needs
+    /// anything else (another counting helper, an unsupported expression, a refusal this
+    /// instance remembers, a bad argument). Exact by construction: the calls the rule will make
+    /// for real are these, in this order, for as long as they allow; the first that refuses
+    /// ends the plan's validity, and the rule then runs as usual.
+    pub(super) fn plan(
+        &self,
+        req: &ReqData,
+        lists: &Lists,
+        max_string: usize,
+        state: &RuleState,
+    ) -> Option<Vec<crate::store::limits::LimitCall>> {
+        let mut cx = Cx {
+            req,
+            lists,
+            max_string,
+            state: Some(state),
+            vars: Vec::with_capacity(self.lets.len()),
+            calls: Vec::new(),
+            plan: Some(Vec::new()),
+        };
+        if self.rules_out_in(&mut cx) {
+            cx.plan
+        } else {
+            None
         }
     }
 
@@ -314,7 +346,7 @@ fn compile_expr(e: &Expr, names: &[&str], counting: bool) -> P {
         Expr::Unit(_) => P::Unit,
         Expr::BoolConstant(v, _) => P::Bool(*v),
         Expr::IntegerConstant(i, _) => P::Int(*i),
-        Expr::FloatConstant(..) => P::Float,
+        Expr::FloatConstant(f, _) => P::Float(**f),
         Expr::StringConstant(s, _) => P::Str(s.as_str().into()),
         Expr::Variable(v, _, _) => {
             let name = v.1.as_str();
@@ -423,6 +455,8 @@ struct Cx<'a> {
     vars: Vec<V<'a>>,
     /// The counting calls made, in order.
     calls: Vec<Recorded>,
+    /// Planning (see [`Precheck::plan`]): the rate limits the rule would spend, none spent.
+    plan: Option<Vec<crate::store::limits::LimitCall>>,
 }
 
 impl<'a> Cx<'a> {
@@ -431,7 +465,7 @@ impl<'a> Cx<'a> {
             P::Unit => Some(V::Unit),
             P::Bool(b) => Some(V::Bool(*b)),
             P::Int(i) => Some(V::Int(*i)),
-            P::Float => Some(V::Float),
+            P::Float(f) => Some(V::Float(*f)),
             P::Str(s) => Some(V::Str(s)),
             P::Req => Some(V::Req),
             P::Var(slot) => self.vars.get(*slot).cloned(),
@@ -534,9 +568,31 @@ impl<'a> Cx<'a> {
     fn count(&mut self, f: Counting, args: &[V<'a>]) -> Option<V<'a>> {
         use super::helpers::call_id;
         let st = self.state;
+        if let Some(plan) = self.plan.as_mut() {
+            // Planning: a rate limit is taken as allowing; anything else stops the plan.
+            let (Counting::RateLimit, [key, rate, V::Int(burst)]) = (f, args) else {
+                return None;
+            };
+            let (st, key, rate) = (st?, key.as_str()?, rate_of(rate)?);
+            let burst = u32::try_from(*burst).ok().filter(|b| *b > 0)?;
+            if !(rate > 0.0 && rate.is_finite()) {
+                return None;
+            }
+            let key = super::state::ns_key(key).into_owned();
+            let now = super::state::EVAL_NOW.with(|n| n.get());
+            if st.limiter.refusal_cached(&key, now, rate, burst) {
+                return None;
+            }
+            plan.push(crate::store::limits::LimitCall {
+                key,
+                rate_per_sec: rate,
+                burst,
+            });
+            return Some(V::Bool(true));
+        }
         let (id, answer) = match (f, args) {
-            (Counting::RateLimit, [key, V::Int(rate), V::Int(burst)]) => {
-                let (key, rate) = (key.as_str()?, *rate as f64);
+            (Counting::RateLimit, [key, rate, V::Int(burst)]) => {
+                let (key, rate) = (key.as_str()?, rate_of(rate)?);
                 let id = call_id(key, "", [rate, *burst as f64]);
                 (
                     id,
@@ -605,11 +661,20 @@ impl<'a> Cx<'a> {
             Some(V::Bool(b))
         } else if let Ok(i) = d.as_int() {
             Some(V::Int(i))
-        } else if d.as_float().is_ok() {
-            Some(V::Float)
+        } else if let Ok(f) = d.as_float() {
+            Some(V::Float(f))
         } else {
             self.string(V::Owned(d.into_immutable_string().ok()?))
         }
+    }
+}
+
+/// A rate limit's rate: an integer or a float, as the two `rate_limit`s the interpreter has.
+fn rate_of(v: &V<'_>) -> Option<f64> {
+    match v {
+        V::Int(i) => Some(*i as f64),
+        V::Float(f) => Some(*f),
+        _ => None,
     }
 }
 
@@ -624,7 +689,7 @@ fn type_name(v: &V<'_>) -> &'static str {
         V::Unit => "()",
         V::Bool(_) => "bool",
         V::Int(_) => "i64",
-        V::Float => "f64",
+        V::Float(_) => "f64",
         V::Str(_) | V::Owned(_) => "string",
         V::Req => "Request",
     }

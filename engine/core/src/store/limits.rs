@@ -25,6 +25,16 @@ pub struct Gcra {
     pub retry_after_ms: u64,
 }
 
+/// A rate limit a rule will spend (`rate_limit(key, rate, burst)`), planned before the rule runs
+/// so that a shared store can spend it in the round trip of the anti-replay step (see
+/// `NonceStore::check_and_insert_limits`). `key` is the limiter's key, as `gcra` takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitCall {
+    pub key: String,
+    pub rate_per_sec: f64,
+    pub burst: u32,
+}
+
 pub trait LimiterStore: Send + Sync {
     /// One request against `key`'s limit of `rate_per_sec` with bursts of up to `burst`.
     fn gcra(
@@ -70,6 +80,14 @@ pub trait LimiterStore: Send + Sync {
     /// Forgets what this instance remembers of `key` (a cached refusal) without touching the
     /// shared state: another instance reset it.
     fn forget_cached(&self, _key: &str) {}
+    /// Whether a `gcra` call on `key` would now be refused from what this instance remembers,
+    /// without asking the shared store (a refusal whose retry-after has not ended).
+    fn refusal_cached(&self, _key: &str, _now_ms: i64, _rate_per_sec: f64, _burst: u32) -> bool {
+        false
+    }
+    /// The answer another store's batched call gave for a `gcra` step of `key` (so a refusal is
+    /// remembered as if this store had made the call).
+    fn learn_answer(&self, _key: &str, _now_ms: i64, _rate_per_sec: f64, _burst: u32, _g: Gcra) {}
     /// Drops state that no longer matters.
     fn maintain(&self, now_ms: i64);
     fn len(&self) -> usize;
@@ -209,6 +227,17 @@ impl RefusalCache {
             allowed: false,
             retry_after_ms: (until - now_ms) as u64,
         })
+    }
+
+    /// Whether [`check`](Self::check) would answer a refusal now (nothing counted).
+    pub fn peek(&self, key: &str, now_ms: i64, rate_per_sec: f64, burst: u32) -> bool {
+        self.entries
+            .update(key, |r| {
+                (r.rate_bits == rate_per_sec.to_bits() && r.burst == burst && r.until_ms > now_ms)
+                    .then_some(())
+            })
+            .flatten()
+            .is_some()
     }
 
     /// Remembers the store's answer: a refusal until `now + retry_after_ms` (an allowed answer

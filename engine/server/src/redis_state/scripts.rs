@@ -105,6 +105,87 @@ return {1, -1}
     )
 });
 
+/// The anti-replay step and the gateway tier's planned rate limits in one script (one node):
+/// the nonce (exact or Bloom), then the fingerprint if one is asked, and only when the request
+/// is fresh and new, the GCRA steps of the limits in order, stopping after the first refusal —
+/// the calls the rules would make themselves, in the same order (see `RuleSet::plan_limits`).
+///
+/// KEYS[1] the nonce key (exact) or bitmap (Bloom), KEYS[2] the call's token key (Bloom; the
+/// nonce key again when exact), KEYS[3] the fingerprint (the nonce key again when none is asked),
+/// KEYS[4..] the limits' keys. ARGV[1] `e` (exact) or `b` (Bloom), ARGV[2] the call's token,
+/// ARGV[3] the nonce's TTL (exact) or the bitmap's (Bloom), ARGV[4] the bitmap's size, ARGV[5]
+/// the token key's TTL, ARGV[6] the fingerprint's TTL (0: none asked), ARGV[7] now (ms), ARGV[8]
+/// the number of limits n, then T and τ of each limit (as [`GCRA`]), then the probe bits (Bloom).
+///
+/// Returns {nonce seen (0|1), fingerprint seen (0|1, or -1 when not asked or not touched), then
+/// allowed (1|0) and retry_after_ms for each limit taken}. A second run of the same call (sent
+/// again after its first answer never came) meets its own writes, answers "new" as the first
+/// did, and takes no limit: the first run may have taken them, and the rules then ask on their
+/// own (a limit is spent twice only in that case, never a nonce judged twice).
+pub static ANTI_REPLAY_LIMITS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local token = ARGV[2]
+local n = tonumber(ARGV[8])
+local rerun = false
+local function once(key, ttl)
+  if redis.call('SET', key, token, 'NX', 'PX', ttl) then return 0 end
+  if redis.call('GET', key) == token then rerun = true return 0 end
+  return 1
+end
+local seen = 1
+if ARGV[1] == 'e' then
+  seen = once(KEYS[1], ARGV[3])
+elseif redis.call('EXISTS', KEYS[2]) == 1 then
+  seen = 0
+  rerun = true
+else
+  local key = KEYS[1]
+  if redis.call('EXISTS', key) == 0 then
+    redis.call('SET', key, string.rep('\0', tonumber(ARGV[4])), 'PX', ARGV[3])
+  end
+  local old = redis.call('BITFIELD', key, unpack(ARGV, 9 + 2 * n))
+  for i = 1, #old do
+    if old[i] == 0 then
+      redis.call('SET', KEYS[2], 1, 'PX', ARGV[5])
+      seen = 0
+      break
+    end
+  end
+end
+if seen == 1 then return {1, -1} end
+local fp = -1
+if tonumber(ARGV[6]) > 0 then
+  fp = once(KEYS[3], ARGV[6])
+  if fp == 1 then return {0, 1} end
+end
+local out = {0, fp}
+if rerun then return out end
+local now = tonumber(ARGV[7])
+for i = 1, n do
+  local t = tonumber(ARGV[7 + 2 * i])
+  local tau = tonumber(ARGV[8 + 2 * i])
+  local k = KEYS[3 + i]
+  local tat = tonumber(redis.call('GET', k) or '') or now
+  if tat < now then tat = now end
+  local nxt = tat + t
+  if nxt - now <= tau then
+    redis.call('SET', k, string.format('%.3f', nxt), 'PX', math.ceil(nxt - now) + 1)
+    out[#out + 1] = 1
+    out[#out + 1] = 0
+  else
+    local retry = math.ceil(nxt - tau - now)
+    if retry < 1 then retry = 1 end
+    out[#out + 1] = 0
+    out[#out + 1] = retry
+    return out
+  end
+end
+return out
+"#,
+    )
+});
+
 /// GCRA (generic cell rate algorithm), one key holding the theoretical arrival time (ms).
 ///
 /// KEYS[1]; ARGV: now (ms), emission interval T (ms), tolerance τ = T·burst (ms).

@@ -24,7 +24,7 @@ use rampart_core::replay::fingerprint::FingerprintStore;
 use rampart_core::replay::nonce::{Combined, NonceStats, NonceStore, NonceVerdict, Then};
 use rampart_core::store::hll::DistinctStore;
 use rampart_core::store::limits::{
-    window_estimate, Gcra, LimiterStore, RefusalCache, StoredWindow,
+    window_estimate, Gcra, LimitCall, LimiterStore, RefusalCache, StoredWindow,
 };
 use rampart_core::store::quota::{Claim, PoolView, QuotaStore, SegmentView};
 use rampart_core::store::StoreError;
@@ -529,6 +529,102 @@ impl NonceStore for RedisNonces {
         })
     }
 
+    fn batches_limits(&self) -> bool {
+        !self.redis.is_cluster()
+    }
+
+    /// One node only (the limits' keys live in other slots than the nonce's on a cluster).
+    fn check_and_insert_limits(
+        &self,
+        app: &str,
+        nonce: &str,
+        ts_ms: i64,
+        window_ms: i64,
+        now_ms: i64,
+        then: Option<Then>,
+        limits: &[LimitCall],
+    ) -> Option<(Combined, Vec<Gcra>)> {
+        if self.redis.is_cluster() {
+            return None;
+        }
+        let p = self.redis.prefix();
+        let token = call_token();
+        let fp = then.map(|t| (format!("{p}:f:{:032x}", t.fingerprint), t.window_ms.max(1)));
+        let limit_keys: Vec<String> = limits
+            .iter()
+            .map(|l| format!("{p}:g:{}", key_part(&l.key)))
+            .collect();
+        // (mode, nonce key, token key, nonce TTL, bitmap bytes, probe bits)
+        let (mode, key, token_key, ttl, bytes, offsets) = if self.filters.is_empty() {
+            let ttl = self.exact_ttl(ts_ms, window_ms, now_ms);
+            if ttl <= 0 {
+                return Some(((Ok(NonceVerdict::OutOfRange), None), Vec::new()));
+            }
+            let key = format!("{p}:n:{app}:{nonce}");
+            ("e", key.clone(), key, ttl, 0, Vec::new())
+        } else {
+            let probe = match self.bloom_probe(app, nonce, ts_ms, now_ms) {
+                Ok(Some(probe)) => probe,
+                Ok(None) => return Some(((Ok(NonceVerdict::OutOfRange), None), Vec::new())),
+                Err(e) => return Some(((Err(e.clone()), fp.map(|_| Err(e))), Vec::new())),
+            };
+            let token_key = format!("{}:t:{}", probe.key, hex::encode(token));
+            (
+                "b",
+                probe.key,
+                token_key,
+                probe.ttl,
+                probe.bytes,
+                probe.offsets,
+            )
+        };
+        let answer: Result<Vec<i64>, StoreError> = self.redis.call_durable(&key, |c| {
+            let mut inv = scripts::ANTI_REPLAY_LIMITS.key(&key);
+            inv.key(&token_key)
+                .key(fp.as_ref().map_or(&key, |(k, _)| k));
+            for k in &limit_keys {
+                inv.key(k);
+            }
+            inv.arg(mode)
+                .arg(&token[..])
+                .arg(ttl)
+                .arg(bytes)
+                .arg(self.token_ttl_ms)
+                .arg(fp.as_ref().map_or(0, |(_, ttl)| *ttl))
+                .arg(now_ms)
+                .arg(limits.len());
+            for l in limits {
+                let t = 1000.0 / l.rate_per_sec;
+                inv.arg(t).arg(t * l.burst as f64);
+            }
+            for o in &offsets {
+                inv.arg("SET").arg("u1").arg(*o).arg(1);
+            }
+            inv.invoke(c)
+        });
+        let asked = fp.is_some();
+        Some(match answer {
+            Ok(v) if v.first() == Some(&1) => ((Ok(NonceVerdict::Replay), None), Vec::new()),
+            Ok(v) => {
+                let seen = v.get(1).copied().unwrap_or(-1);
+                let spent = v
+                    .get(2..)
+                    .unwrap_or_default()
+                    .chunks_exact(2)
+                    .map(|a| Gcra {
+                        allowed: a[0] == 1,
+                        retry_after_ms: a[1].max(0) as u64,
+                    })
+                    .collect();
+                (
+                    (Ok(NonceVerdict::Fresh), asked.then_some(Ok(seen != 1))),
+                    spent,
+                )
+            }
+            Err(e) => ((Err(e.clone()), asked.then_some(Err(e))), Vec::new()),
+        })
+    }
+
     fn maintain(&self, _now_ms: i64) {
         // Expiry does the housekeeping: every key carries its own PX.
     }
@@ -775,6 +871,14 @@ impl LimiterStore for RedisLimiter {
 
     fn forget_cached(&self, key: &str) {
         self.refusals.forget(key);
+    }
+
+    fn refusal_cached(&self, key: &str, now_ms: i64, rate_per_sec: f64, burst: u32) -> bool {
+        self.refusals.peek(key, now_ms, rate_per_sec, burst)
+    }
+
+    fn learn_answer(&self, key: &str, now_ms: i64, rate_per_sec: f64, burst: u32, g: Gcra) {
+        self.refusals.remember(key, now_ms, rate_per_sec, burst, g);
     }
 
     fn gcra_tat(&self, key: &str, now_ms: i64) -> Result<Option<f64>, StoreError> {

@@ -201,6 +201,7 @@ fn every_value_it_computes_is_the_interpreters() {
                 state: None,
                 vars: Vec::new(),
                 calls: Vec::new(),
+                plan: None,
             };
             let compiled = super::compile_expr(&var.1, &[], true);
             let Some(native) = cx.eval(&compiled) else {
@@ -216,7 +217,7 @@ fn every_value_it_computes_is_the_interpreters() {
                 super::V::Unit => v.is_unit(),
                 super::V::Bool(b) => v.as_bool() == Ok(*b),
                 super::V::Int(n) => v.as_int() == Ok(*n),
-                super::V::Float => v.is_float(),
+                super::V::Float(f) => v.as_float() == Ok(*f),
                 super::V::Str(_) | super::V::Owned(_) => {
                     v.clone().into_immutable_string().ok().as_deref() == native.as_str()
                 }
