@@ -644,22 +644,35 @@ fn stats_scan(dir: &Path, f: &Filter, c: &Checked) -> Result<Value, QueryError> 
         }
         json!(lat[((lat.len() - 1) as f64 * p).round() as usize])
     };
-    let mut breakdown: Vec<(String, (u64, u64))> = groups.into_iter().collect();
-    breakdown.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(&b.0)));
-    breakdown.truncate(100);
     Ok(stats_json(
         &c,
-        series
-            .into_iter()
-            .map(|((t, a), n)| json!({ "t": t, "action": a, "n": n }))
-            .collect(),
-        breakdown
-            .into_iter()
-            .map(|(k, (n, r))| json!({ "key": k, "n": n, "refused": r }))
-            .collect(),
+        series_rows(series),
+        breakdown_rows(groups),
         json!({ "q": [q(0.5), q(0.9), q(0.99), q(0.999)], "n": lat.len() }),
         "local",
     ))
+}
+
+/// Local stats' series rows from counts by (bucket start, action).
+pub(super) fn series_rows<A: serde::Serialize>(
+    series: impl IntoIterator<Item = ((i64, A), u64)>,
+) -> Vec<Value> {
+    series
+        .into_iter()
+        .map(|((t, a), n)| json!({ "t": t, "action": a, "n": n }))
+        .collect()
+}
+
+/// Local stats' breakdown rows from (decisions, refused) by key: largest first, 100 at most.
+pub(super) fn breakdown_rows<K: Ord + serde::Serialize>(
+    groups: impl IntoIterator<Item = (K, (u64, u64))>,
+) -> Vec<Value> {
+    let mut rows: Vec<(K, (u64, u64))> = groups.into_iter().collect();
+    rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(&b.0)));
+    rows.truncate(100);
+    rows.into_iter()
+        .map(|(k, (n, r))| json!({ "key": k, "n": n, "refused": r }))
+        .collect()
 }
 
 /// The filter of every decision in `[from, to)`, checked.

@@ -367,18 +367,9 @@ impl LocalSummary {
             }
             json!(0)
         };
-        let mut breakdown: Vec<(&str, (u64, u64))> = groups.into_iter().collect();
-        breakdown.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(b.0)));
-        breakdown.truncate(100);
         Some((
-            series
-                .into_iter()
-                .map(|((t, a), n)| json!({ "t": t, "action": a, "n": n }))
-                .collect(),
-            breakdown
-                .into_iter()
-                .map(|(k, (n, r))| json!({ "key": k, "n": n, "refused": r }))
-                .collect(),
+            super::query::series_rows(series),
+            super::query::breakdown_rows(groups),
             json!({ "q": [q(0.5), q(0.9), q(0.99), q(0.999)], "n": total }),
         ))
     }
