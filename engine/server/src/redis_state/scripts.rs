@@ -53,62 +53,13 @@ return 1
     )
 });
 
-/// An exact nonce and then, only when it is new, the request's duplicate-submission fingerprint:
-/// the anti-replay core's two writes in one round trip (one node: the keys need not share a slot
-/// there).
-///
-/// KEYS[1] the nonce, KEYS[2] the fingerprint; ARGV[1] the call's token, ARGV[2] the nonce's TTL,
-/// ARGV[3] the fingerprint's TTL (ms). Returns {nonce seen (0|1), fingerprint seen (0|1), or -1
-/// when the nonce was not new and the fingerprint was not touched}. Both keys hold the token, so a
-/// second run of the same call answers as the first did (see [`SET_ONCE`]).
-pub static NONCE_THEN_FINGERPRINT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local function once(key, ttl)
-  if redis.call('SET', key, ARGV[1], 'NX', 'PX', ttl) then return 0 end
-  if redis.call('GET', key) == ARGV[1] then return 0 end
-  return 1
-end
-if once(KEYS[1], ARGV[2]) == 1 then return {1, -1} end
-return {0, once(KEYS[2], ARGV[3])}
-"#,
-    )
-});
-
-/// [`NONCE_BLOOM`] and then, only when the nonce is new, the fingerprint (one node).
-///
-/// KEYS[1] the bitmap, KEYS[2] the call's token key, KEYS[3] the fingerprint; ARGV[1] the bitmap's
-/// TTL, ARGV[2] its size, ARGV[3] the token key's TTL, ARGV[4] the call's token, ARGV[5] the
-/// fingerprint's TTL, ARGV[6..] the probe bits. Returns as [`NONCE_THEN_FINGERPRINT`].
-pub static NONCE_BLOOM_THEN_FINGERPRINT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local function fingerprint()
-  if redis.call('SET', KEYS[3], ARGV[4], 'NX', 'PX', ARGV[5]) then return 0 end
-  if redis.call('GET', KEYS[3]) == ARGV[4] then return 0 end
-  return 1
-end
-if redis.call('EXISTS', KEYS[2]) == 1 then return {0, fingerprint()} end
-local key = KEYS[1]
-if redis.call('EXISTS', key) == 0 then
-  redis.call('SET', key, string.rep('\0', tonumber(ARGV[2])), 'PX', ARGV[1])
-end
-local old = redis.call('BITFIELD', key, unpack(ARGV, 6))
-for i = 1, #old do
-  if old[i] == 0 then
-    redis.call('SET', KEYS[2], 1, 'PX', ARGV[3])
-    return {0, fingerprint()}
-  end
-end
-return {1, -1}
-"#,
-    )
-});
-
 /// The anti-replay step and the gateway tier's planned rate limits in one script (one node):
 /// the nonce (exact or Bloom), then the fingerprint if one is asked, and only when the request
 /// is fresh and new, the GCRA steps of the limits in order, stopping after the first refusal —
 /// the calls the rules would make themselves, in the same order (see `RuleSet::plan_limits`).
+/// With no limit it is the nonce-then-fingerprint step alone (the anti-replay core's two writes
+/// in one round trip). The nonce and the fingerprint hold the call's token, so a second run of
+/// the same call answers as the first did (see [`SET_ONCE`]).
 ///
 /// KEYS[1] the nonce key (exact) or bitmap (Bloom), KEYS[2] the call's token key (Bloom; the
 /// nonce key again when exact), KEYS[3] the fingerprint (the nonce key again when none is asked),

@@ -468,7 +468,8 @@ impl NonceStore for RedisNonces {
     }
 
     /// One node only: the nonce and the fingerprint keys hash to different cluster slots, so on
-    /// a cluster they stay two calls.
+    /// a cluster they stay two calls. The script of
+    /// [`check_and_insert_limits`](NonceStore::check_and_insert_limits), with no limit.
     fn check_and_insert_then(
         &self,
         app: &str,
@@ -478,55 +479,8 @@ impl NonceStore for RedisNonces {
         now_ms: i64,
         then: Then,
     ) -> Option<Combined> {
-        if self.redis.is_cluster() {
-            return None;
-        }
-        let p = self.redis.prefix();
-        let fp_key = format!("{p}:f:{:032x}", then.fingerprint);
-        let fp_ttl = then.window_ms.max(1);
-        let token = call_token();
-        let answer: Result<(i64, i64), StoreError> = if self.filters.is_empty() {
-            let ttl = self.exact_ttl(ts_ms, window_ms, now_ms);
-            if ttl <= 0 {
-                return Some((Ok(NonceVerdict::OutOfRange), None));
-            }
-            let key = format!("{p}:n:{app}:{nonce}");
-            self.redis.call_durable(&key, |c| {
-                scripts::NONCE_THEN_FINGERPRINT
-                    .key(&key)
-                    .key(&fp_key)
-                    .arg(&token[..])
-                    .arg(ttl)
-                    .arg(fp_ttl)
-                    .invoke(c)
-            })
-        } else {
-            let probe = match self.bloom_probe(app, nonce, ts_ms, now_ms) {
-                Ok(Some(probe)) => probe,
-                Ok(None) => return Some((Ok(NonceVerdict::OutOfRange), None)),
-                Err(e) => return Some((Err(e.clone()), Some(Err(e)))),
-            };
-            let token_key = format!("{}:t:{}", probe.key, hex::encode(token));
-            self.redis.call_durable(&probe.key, |c| {
-                let mut inv = scripts::NONCE_BLOOM_THEN_FINGERPRINT.key(&probe.key);
-                inv.key(&token_key)
-                    .key(&fp_key)
-                    .arg(probe.ttl)
-                    .arg(probe.bytes)
-                    .arg(self.token_ttl_ms)
-                    .arg(&token[..])
-                    .arg(fp_ttl);
-                for o in &probe.offsets {
-                    inv.arg("SET").arg("u1").arg(*o).arg(1);
-                }
-                inv.invoke(c)
-            })
-        };
-        Some(match answer {
-            Ok((1, _)) => (Ok(NonceVerdict::Replay), None),
-            Ok((_, seen)) => (Ok(NonceVerdict::Fresh), Some(Ok(seen == 0))),
-            Err(e) => (Err(e.clone()), Some(Err(e))),
-        })
+        self.check_and_insert_limits(app, nonce, ts_ms, window_ms, now_ms, Some(then), &[])
+            .map(|(combined, _)| combined)
     }
 
     fn batches_limits(&self) -> bool {
