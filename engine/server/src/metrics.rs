@@ -300,6 +300,12 @@ impl Metrics {
             redis.refusals_cached.clone(),
         );
         registry.register(
+            "redis_reputation_reads_copied",
+            "Reputation reads answered from this instance's copy of every client's reputation \
+             (kept current by Redis pub/sub), without a Redis call",
+            redis.reputation_reads_copied.clone(),
+        );
+        registry.register(
             "redis_replica_ack_shortfalls",
             "Anti-replay writes that fewer than state.replica_acks replicas acknowledged within \
              state.replica_ack_timeout_ms (the step's on_error policy answered)",

@@ -543,7 +543,7 @@ fn fleet(dir: &Path, n: usize, name: &str, state: &str) -> Vec<Engine> {
 /// for another window width.
 fn window_reads_match_the_in_process_limiter(redis: RedisSettings) {
     let redis = Redis::start(&redis, RedisCounters::default()).expect("redis client");
-    let remote = RedisLimiter::new(redis);
+    let remote = RedisLimiter::new(redis, false);
     let local = LocalLimiter::new(1000);
     let w = 1000;
     let t0 = 1_767_225_600_000; // a window start
@@ -598,6 +598,93 @@ fn window_reads_match_the_in_process_limiter(redis: RedisSettings) {
     );
 }
 
+/// Waits up to 5 s for `ok`.
+fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !ok() {
+        assert!(Instant::now() < deadline, "not within 5 s: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Each instance's copy of the reputation counters (kept current by Redis pub/sub) answers what
+/// Redis answers, without a call: after writes made by another client, across the window's
+/// edges, after a reset, and in an instance started after the writes (read by its scan: once
+/// ready, it is current at once). An instance that keeps no copy still publishes its writes.
+fn the_reputation_copy_answers_what_redis_answers(url: &str) {
+    let settings = node_settings(url);
+    let writer = RedisLimiter::new(
+        Redis::start(&settings, RedisCounters::default()).unwrap(),
+        false,
+    );
+    let early_counters = RedisCounters::default();
+    let early = RedisLimiter::new(
+        Redis::start(&settings, early_counters.clone()).unwrap(),
+        true,
+    );
+    eventually("the first copy is ready", || early.reputation_copy_ready());
+    let w = 60_000;
+    let t0 = now_ms() - now_ms() % w;
+    let keys: Vec<String> = (0..4)
+        .map(|i| format!("rep\u{1f}ip\u{1f}{}", fresh(&format!("copy{i}"))))
+        .collect();
+    for (dt, k, n) in [(100, 0, 10), (200, 1, 30), (300, 0, 5), (400, 2, 1)] {
+        writer.incr(&keys[k], t0 + dt, w, n).unwrap();
+    }
+    let truth = |now: i64| writer.get_many(&keys, now, w).unwrap();
+    assert_eq!(truth(t0 + 500), vec![15, 30, 1, 0]);
+    eventually("the first copy learns the writes", || {
+        early.get_many(&keys, t0 + 500, w).unwrap() == truth(t0 + 500)
+    });
+    let late_counters = RedisCounters::default();
+    let late = RedisLimiter::new(
+        Redis::start(&settings, late_counters.clone()).unwrap(),
+        true,
+    );
+    eventually("the second copy is ready", || late.reputation_copy_ready());
+    let calls = (early_counters.calls.get(), late_counters.calls.get());
+    for now in [
+        t0 + 500,
+        t0 + w - 1,
+        t0 + w + w / 4,
+        t0 + 2 * w - 1,
+        t0 + 2 * w,
+    ] {
+        let want = truth(now);
+        assert_eq!(
+            early.get_many(&keys, now, w).unwrap(),
+            want,
+            "first copy at +{}",
+            now - t0
+        );
+        assert_eq!(
+            late.get_many(&keys, now, w).unwrap(),
+            want,
+            "second copy at +{}",
+            now - t0
+        );
+    }
+    assert_eq!(
+        (early_counters.calls.get(), late_counters.calls.get()),
+        calls,
+        "the copies answered without a call"
+    );
+    assert!(early_counters.reputation_reads_copied.get() >= 5);
+    // A reset is a deletion everywhere; a write after it starts again from nothing.
+    assert!(writer.reset(&keys[1]).unwrap());
+    writer.incr(&keys[3], t0 + 600, w, 2).unwrap();
+    for copy in [&early, &late] {
+        eventually("the copies forget the reset key", || {
+            copy.get_many(&keys, t0 + 700, w).unwrap() == vec![15, 0, 1, 2]
+        });
+    }
+    // Other keys are not the copy's: they are read from Redis.
+    let other = vec![fresh("not-reputation")];
+    let before = early_counters.calls.get();
+    assert_eq!(early.get_many(&other, t0 + 700, w).unwrap(), vec![0]);
+    assert_eq!(early_counters.calls.get(), before + 1);
+}
+
 /// Each worker thread keeps its own connection. One Redis closed while it sat idle (`timeout`, or
 /// a proxy's idle limit) is checked and replaced before use: no decision fails for it.
 #[test]
@@ -606,7 +693,7 @@ fn a_connection_closed_while_idle_costs_no_call() {
     assert_eq!(redis.cli(&["CONFIG", "SET", "timeout", "1"]), "OK");
     let counters = RedisCounters::default();
     let client = Redis::start(&node_settings(&redis.url()), counters.clone()).unwrap();
-    let limiter = RedisLimiter::new(client);
+    let limiter = RedisLimiter::new(client, false);
     let now = now_ms();
     assert_eq!(limiter.incr("idle", now, 600_000, 1).unwrap(), 1);
     let ours = |list: String| list.lines().filter(|l| l.contains("cmd=evalsha")).count();
@@ -665,6 +752,7 @@ fn single_node_three_instances_act_as_one() {
     rate_limits_ride_the_anti_replay_script(&redis, &bloom[0], "sb-ride", "rampart");
     refused_floods_cost_redis_no_limit_call(&redis, &bloom[0], "sb-flood");
     window_reads_match_the_in_process_limiter(node_settings(&url));
+    the_reputation_copy_answers_what_redis_answers(&url);
     // A whole batch on one worker (each item makes several Redis calls on that worker's thread).
     let items: Vec<Value> = (0..100)
         .map(|i| {

@@ -58,7 +58,9 @@ pub use helpers::{prefetched, PrefetchedGuard, HELPERS};
 pub use live::LiveRules;
 pub use request::{DecisionContext, Req, ReqData};
 pub use source::{content_version, Mode, RuleError, RuleInfo, RuleMeta, Source};
-pub use state::{ReputationPolicy, RuleState, QUOTA_POOL_TTL_MS, REPUTATION_KINDS};
+pub use state::{
+    ReputationPolicy, RuleState, QUOTA_POOL_TTL_MS, REPUTATION_KEY_PREFIX, REPUTATION_KINDS,
+};
 pub use subject_keys::{Keeps, SubjectKey};
 
 #[cfg(test)]

@@ -49,6 +49,10 @@ impl Default for ReputationPolicy {
 }
 
 /// What reputation is kept about.
+/// How every reputation key of the limiter store begins (`rep\x1f<kind>\x1f<value>`): a shared
+/// store may treat these keys apart (the Redis store keeps a copy of them in every instance).
+pub const REPUTATION_KEY_PREFIX: &str = "rep\u{1f}";
+
 pub const REPUTATION_KINDS: [&str; 4] = ["ip", "device", "ja3", "user"];
 
 /// How long a quota pool lives after its last claim: a campaign's "once per user" must outlast it.
@@ -89,7 +93,7 @@ impl RuleState {
     pub(super) fn write_reputation_key(key: &mut String, kind: &str, value: &str) {
         key.clear();
         key.reserve(kind.len() + value.len() + 5);
-        key.push_str("rep\u{1f}");
+        key.push_str(REPUTATION_KEY_PREFIX);
         key.push_str(kind);
         key.push('\u{1f}');
         key.push_str(value);

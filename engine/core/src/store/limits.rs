@@ -46,9 +46,12 @@ pub trait LimiterStore: Send + Sync {
     ) -> Result<Gcra, StoreError>;
     /// Adds `n` to `key`'s sliding window of `window_ms` and returns the count in the window.
     fn incr(&self, key: &str, now_ms: i64, window_ms: i64, n: i64) -> Result<i64, StoreError>;
-    /// `key`'s count in its sliding window of `window_ms`, without creating the key.
+    /// `key`'s count in its sliding window of `window_ms`, without creating the key (read from the
+    /// store itself: the operator's view and single reads).
     fn get(&self, key: &str, now_ms: i64, window_ms: i64) -> Result<i64, StoreError>;
-    /// The counts of several keys, in order; a shared store answers them in one round trip.
+    /// The counts of several keys, in order; a shared store answers them in one round trip, or
+    /// from a copy it keeps current (the Redis store's reputation copy: behind Redis by the
+    /// delivery of its change messages).
     fn get_many(
         &self,
         keys: &[String],

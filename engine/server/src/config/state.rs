@@ -63,6 +63,10 @@ pub struct StateConfig {
     /// a pool apart from the HTTP workers, so a slow Redis parks decisions, never the workers
     /// (`/healthz`, `/metrics` and the admin API keep answering). 0 = decide on the HTTP worker.
     pub decision_threads: usize,
+    /// With Redis state on one node: keep every client's reputation in each instance, kept current
+    /// by Redis pub/sub, so the edge tier's reputation reads cost no round trip. `false` = read
+    /// Redis on every decision.
+    pub reputation_copy: bool,
     /// Replicas that must acknowledge each anti-replay write (nonce, submission fingerprint,
     /// spent challenge solution) before it counts (`WAIT`); 0 = Redis's asynchronous replication,
     /// where a failover can forget the nonces accepted just before it.
@@ -117,6 +121,7 @@ impl Default for StateConfig {
             redis_connect_timeout_ms: 2_000,
             redis_connections: 1,
             decision_threads: 64,
+            reputation_copy: true,
             replica_acks: 0,
             replica_ack_timeout_ms: 50,
             bloom_shards: 16,

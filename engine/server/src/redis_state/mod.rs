@@ -35,6 +35,7 @@
 //! meet the dead node fail. What a failure means for a decision is the store's declared
 //! policy (`[state] on_store_error` and the per-store `*_on_error` keys), applied by the core.
 
+mod mirror;
 mod scripts;
 mod stores;
 
@@ -245,6 +246,8 @@ pub struct RedisCounters {
     pub resent: Counter,
     /// Rate-limit checks answered by a remembered refusal instead of a call.
     pub refusals_cached: Counter,
+    /// Reputation reads answered from the instance's copy instead of a call.
+    pub reputation_reads_copied: Counter,
     /// Anti-replay writes that fewer than `replica_acks` replicas acknowledged in time.
     pub ack_shortfalls: Counter,
 }
@@ -498,6 +501,23 @@ impl Redis {
 
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// The client of the one node (`None` on a cluster).
+    fn single_client(&self) -> Option<redis::Client> {
+        match &self.target {
+            SyncTarget::Single(c) => Some(c.clone()),
+            SyncTarget::Cluster(_) => None,
+        }
+    }
+
+    /// Lives as long as this client: threads of its own end when it is gone.
+    fn alive_handle(&self) -> Weak<()> {
+        Arc::downgrade(&self.alive)
+    }
+
+    fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
     }
 
     /// The client's counters (exported as metrics).

@@ -165,8 +165,10 @@ return {0, retry}
 /// count `c` and the previous window's count `p`; the answer weighs `p` by the part of the previous
 /// window still inside the sliding one (the same arithmetic as the in-process limiter).
 ///
-/// KEYS[1]; ARGV: now (ms), window (ms), n (0 = read only, nothing is created). The stores send
-/// only additions here: a read is a plain `HMGET` of the four fields, computed by the engine with
+/// KEYS[1]; ARGV: now (ms), window (ms), n (0 = read only, nothing is created), and optionally a
+/// channel on which the new state is published (`<key>\n<s> <w> <c> <p>`: reputation, which every
+/// instance keeps a copy of, see `mirror.rs`). The stores send only additions here: a read is a
+/// plain `HMGET` of the four fields, computed by the engine with
 /// `rampart_core::store::limits::window_estimate` (no script for what changes nothing).
 pub static WINDOW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -191,6 +193,9 @@ if n ~= 0 then
   c = c + n
   redis.call('HSET', KEYS[1], 's', s, 'w', win, 'c', c, 'p', p)
   redis.call('PEXPIRE', KEYS[1], s + 2 * win - now + 1)
+  if ARGV[4] then
+    redis.call('PUBLISH', ARGV[4], KEYS[1] .. '\n' .. string.format('%d %d %d %d', s, win, c, p))
+  end
 end
 local elapsed = (now - s) / win
 return math.floor(p * (1 - elapsed) + 0.5) + c

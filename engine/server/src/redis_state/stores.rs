@@ -30,9 +30,12 @@ use rampart_core::store::quota::{Claim, PoolView, QuotaStore, SegmentView};
 use rampart_core::store::StoreError;
 use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64, xxh3_64_with_seed};
 
+use super::mirror::{self, Mirror};
 use super::{scripts, Redis};
 
-const MAX_KEY: usize = 200;
+pub(super) const MAX_KEY: usize = 200;
+
+pub(super) use rampart_core::rules::REPUTATION_KEY_PREFIX as REPUTATION_PREFIX;
 
 fn key_part(k: &str) -> Cow<'_, str> {
     if k.len() <= MAX_KEY {
@@ -674,28 +677,63 @@ pub struct RedisLimiter {
     redis: Arc<Redis>,
     /// Keys over their limit until their refusal ends: refused without a call meanwhile.
     refusals: RefusalCache,
+    /// Every client's reputation, kept current by pub/sub (one node only; `None` on a cluster or
+    /// with `[state] reputation_copy = false`).
+    mirror: Option<Arc<Mirror>>,
+    /// Where reputation writes publish their new state, on one node whether or not this instance
+    /// keeps a copy (the others may).
+    channel: Option<String>,
 }
 
 /// Most refusals remembered at once (≈ 100 bytes each).
 const REFUSALS_CACHED: usize = 100_000;
 
 impl RedisLimiter {
-    pub fn new(redis: Arc<Redis>) -> Self {
+    /// `reputation_copy`: keep every client's reputation in this instance (one Redis node only).
+    pub fn new(redis: Arc<Redis>, reputation_copy: bool) -> Self {
+        let mirror = (reputation_copy && !redis.is_cluster()).then(|| {
+            let m = Mirror::new(redis.prefix());
+            m.start(&redis);
+            m
+        });
+        let channel = (!redis.is_cluster()).then(|| mirror::channel(redis.prefix()));
         RedisLimiter {
             redis,
             refusals: RefusalCache::new(REFUSALS_CACHED),
+            mirror,
+            channel,
         }
     }
 
     fn window_key(&self, key: &str) -> String {
         format!("{}:w:{}", self.redis.prefix(), key_part(key))
     }
+
+    /// The channel a write of `key` publishes on (a reputation key on one node).
+    fn channel_of(&self, key: &str) -> Option<String> {
+        self.channel.clone().filter(|_| mirror::mirrored(key))
+    }
+
+    /// Whether reputation reads are answered in process (the copy is complete and current).
+    pub fn reputation_copy_ready(&self) -> bool {
+        self.mirror.as_ref().is_some_and(|m| m.ready())
+    }
 }
 
-/// Adds `n` (≠ 0) to a sliding-window counter; the script answers its estimate (one atomic step).
-fn window_add(key: &str, now_ms: i64, window_ms: i64, n: i64) -> redis::ScriptInvocation<'static> {
+/// Adds `n` (≠ 0) to a sliding-window counter; the script answers its estimate (one atomic step)
+/// and, given a channel, publishes the counter's new state on it.
+fn window_add(
+    key: &str,
+    now_ms: i64,
+    window_ms: i64,
+    n: i64,
+    channel: Option<&str>,
+) -> redis::ScriptInvocation<'static> {
     let mut inv = scripts::WINDOW.key(key);
     inv.arg(now_ms).arg(window_ms).arg(n);
+    if let Some(ch) = channel {
+        inv.arg(ch);
+    }
     inv
 }
 
@@ -708,7 +746,7 @@ fn window_read(key: &str) -> redis::Cmd {
 }
 
 /// The stored window from an `HMGET s w c p` answer (absent or unreadable: nothing stored).
-fn stored_window(fields: &[Option<String>]) -> Option<StoredWindow> {
+pub(super) fn stored_window(fields: &[Option<String>]) -> Option<StoredWindow> {
     // The script writes Lua numbers: integers, possibly printed as floats.
     let num = |i: usize| -> Option<i64> {
         let v = fields.get(i)?.as_deref()?;
@@ -771,15 +809,18 @@ impl LimiterStore for RedisLimiter {
         if n == 0 {
             return self.get(key, now_ms, window_ms);
         }
+        let channel = self.channel_of(key);
         let key = self.window_key(key);
         self.redis
-            .call(move |c| window_add(&key, now_ms, window_ms, n).invoke(c))
+            .call(move |c| window_add(&key, now_ms, window_ms, n, channel.as_deref()).invoke(c))
     }
 
     fn get(&self, key: &str, now_ms: i64, window_ms: i64) -> Result<i64, StoreError> {
         if window_ms <= 0 {
             return Err(invalid("counter windows must be positive"));
         }
+        // Always Redis, copy or not: a single read is the operator's view and the rule helper
+        // `reputation(kind, value)`; the per-request batch below is what the copy is for.
         let key = self.window_key(key);
         let fields: Vec<Option<String>> = self.redis.call(move |c| window_read(&key).query(c))?;
         Ok(window_estimate(stored_window(&fields), now_ms, window_ms))
@@ -793,6 +834,12 @@ impl LimiterStore for RedisLimiter {
     ) -> Result<Vec<i64>, StoreError> {
         if window_ms <= 0 {
             return Err(invalid("counter windows must be positive"));
+        }
+        if let Some(m) = &self.mirror {
+            if let Some(v) = m.read(keys, now_ms, window_ms) {
+                self.redis.counters().reputation_reads_copied.inc();
+                return Ok(v);
+            }
         }
         let cmds: Vec<redis::Cmd> = keys
             .iter()
@@ -810,9 +857,10 @@ impl LimiterStore for RedisLimiter {
         if window_ms <= 0 || n == 0 {
             return;
         }
+        let channel = self.channel_of(key);
         let key = self.window_key(key);
         self.redis.send(move |mut c| async move {
-            window_add(&key, now_ms, window_ms, n)
+            window_add(&key, now_ms, window_ms, n, channel.as_deref())
                 .invoke_async::<i64>(&mut c)
                 .await
                 .map(|_| ())
@@ -852,10 +900,18 @@ impl LimiterStore for RedisLimiter {
             format!("{}:g:{part}", self.redis.prefix()),
             self.window_key(key),
         );
+        let channel = self.channel_of(key);
         // Two keys of different slots on a cluster: one DEL each.
         let removed: i64 = self.redis.call(move |c| {
             let a: i64 = redis::cmd("DEL").arg(&g).query(c)?;
             let b: i64 = redis::cmd("DEL").arg(&w).query(c)?;
+            if let Some(ch) = &channel {
+                // The copies forget it too (a message with no numbers is a deletion).
+                let _: i64 = redis::cmd("PUBLISH")
+                    .arg(ch)
+                    .arg(format!("{w}\n"))
+                    .query(c)?;
+            }
             Ok(a + b)
         })?;
         Ok(removed > 0)

@@ -267,7 +267,7 @@ impl Runtime {
                 cfg.retention_ms,
                 st.clock_margin_ms,
             ));
-            rule_state.limiter = Arc::new(RedisLimiter::new(redis.clone()));
+            rule_state.limiter = Arc::new(RedisLimiter::new(redis.clone(), st.reputation_copy));
             rule_state.distinct = Arc::new(RedisDistinct::new(redis.clone()));
             let quotas = Arc::new(RedisQuotas::new(
                 redis.clone(),
