@@ -1270,6 +1270,76 @@ fn a_set_lists_the_state_it_keys_by_a_subject() {
     );
 }
 
+/// Planning goes on into the business tier when every gateway rule was planned through, and
+/// ends with the first distinct count (the rule needs its answer): handed over, the planned
+/// answers are what the rules use, and nothing is counted twice.
+#[test]
+fn business_distinct_counts_are_planned_after_the_gateway_and_end_the_plan() {
+    use rampart_core::rules::Req;
+    use rampart_core::store::limits::{Gcra, LimitCall, Planned, PlannedAnswer};
+    let state = RuleState::local(10_000);
+    let sources = [
+        rule("gateway/user.rhai", "user", 10, "", "if !rate_limit(\"user:\" + req.user, 5, 5) { deny(\"RATE_LIMITED\", \"user\") }"),
+        rule("business/devices.rhai", "devices", 10, "", "if req.device_id != \"\" && distinct(\"dev:\" + req.device_id, req.user, 60000) > 2 { review(\"many accounts\") }"),
+        rule("business/after.rhai", "after", 20, "", "if !rate_limit(\"after:\" + req.user, 1, 1) { deny(\"RATE_LIMITED\", \"after\") }"),
+    ];
+    let set = RuleSet::compile(&sources, RuleSettings::default(), &state).unwrap();
+    let mut d = request("shop", "/x", "192.0.2.9", "ua", true);
+    d.client.device_id = Some("dev-1".into());
+    let req = Req::from_request(&d, 1_000_000);
+    let plan = set.plan_calls(&req);
+    assert_eq!(
+        plan,
+        [
+            Planned::RateLimit(LimitCall {
+                key: "user:u1".into(),
+                rate_per_sec: 5.0,
+                burst: 5
+            }),
+            Planned::Distinct {
+                key: "dev:dev-1".into(),
+                item: "u1".into(),
+                window_ms: 60_000
+            },
+        ]
+    );
+    // Without a device id the distinct count is never reached: the business tier is planned
+    // through to its last rule.
+    let mut bare = request("shop", "/x", "192.0.2.9", "ua", true);
+    bare.client.device_id = None;
+    let bare_plan = set.plan_calls(&Req::from_request(&bare, 1_000_000));
+    assert_eq!(bare_plan.len(), 2, "{bare_plan:?}");
+    // Planning counted nothing.
+    assert_eq!(
+        state
+            .distinct
+            .count("dev:dev-1", 1_000_000, 60_000)
+            .unwrap(),
+        0
+    );
+    // Answers handed over are the rules' answers: a count of 3 makes the rule fire, and the
+    // store is not asked.
+    let answers = [
+        PlannedAnswer::RateLimit(Gcra {
+            allowed: true,
+            retry_after_ms: 0,
+        }),
+        PlannedAnswer::Distinct(3),
+    ];
+    let _guard = rampart_core::rules::prefetched(plan.into_iter().zip(answers));
+    let (verdict, errors) = set.judge(&req);
+    assert_eq!(errors, 0);
+    let v = verdict.expect("the distinct rule fires on the handed-over count");
+    assert_eq!(v.rule.as_deref(), Some("devices"), "{v:?}");
+    assert_eq!(
+        state
+            .distinct
+            .count("dev:dev-1", 1_000_000, 60_000)
+            .unwrap(),
+        0
+    );
+}
+
 /// The gateway's rate limits planned ahead of the rules (for a shared store to spend them in
 /// the anti-replay step's round trip): the calls the tier will make, in order, for as long as
 /// each allows — rules for other routes and rules whose other conditions are false skipped,
@@ -1299,7 +1369,10 @@ fn the_gateway_tiers_rate_limits_are_planned_in_order_and_nothing_is_spent() {
             &Req::from_request(&d, 1_000_000),
         )
         .into_iter()
-        .map(|c| (c.key, c.rate_per_sec, c.burst))
+        .map(|c| match c {
+            rampart_core::store::limits::Planned::RateLimit(c) => (c.key, c.rate_per_sec, c.burst),
+            other => panic!("{other:?}"),
+        })
         .collect()
     };
     assert_eq!(

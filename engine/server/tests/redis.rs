@@ -437,6 +437,28 @@ fn rate_limits_ride_the_anti_replay_script(
             .all(|l| !l.contains(&limit_key)),
         "{seen:#?}"
     );
+    // The business tier's distinct count rides it too: a sign-up from a device costs one round
+    // trip, the count made inside the script (and handed to the rule).
+    let device: &'static str = Box::leak(fresh("ride-device").into_boxed_str());
+    let signup = fresh("ride-signup");
+    let seen = monitored(redis, || {
+        let mut c = call("/api/signup", "{}", &signup, fresh(tag));
+        c.device = device;
+        assert_eq!(code(&e.decide(&c.json()).1), "OK");
+    });
+    // (A connection idle for over a second is checked with a PING first: not the decision's.)
+    let sent_cmds: Vec<&String> = seen
+        .iter()
+        .filter(|l| l.contains("] \"") && !l.contains("[0 lua]"))
+        .filter(|l| !l.contains("\"BITCOUNT\"") && !l.contains(":ctl:"))
+        .filter(|l| !l.contains("\"PING\""))
+        .collect();
+    assert_eq!(sent_cmds.len(), 1, "one round trip: {sent_cmds:#?}");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("[0 lua]") && l.contains("\"PFADD\"") && l.contains(&signup)),
+        "the distinct count inside the script: {seen:#?}"
+    );
 }
 
 /// A counter of the engine's `/metrics`.

@@ -646,13 +646,11 @@ impl Engine {
         session.step("nonce");
         let then = self.fingerprint_of(ctx, carried.body_hash);
         let together = then.filter(|_| carried.solution.is_none());
-        // The gateway tier's rate limits go with them where the store can take them (and no
-        // solution is recorded in between): planned here, spent in the same round trip only if
-        // the request is fresh and new, handed to the rules below.
+        // The gateway and business tiers' rate limits and distinct counts go with them where the
+        // store can take them (and no solution is recorded in between): planned here, made in
+        // the same round trip only if the request is fresh and new, handed to the rules below.
         let limits = match rule_req {
-            Some(r) if carried.solution.is_none() && self.batch_limits() => {
-                set.plan_limits(Tier::Gateway, r)
-            }
+            Some(r) if carried.solution.is_none() && self.batch_limits() => set.plan_calls(r),
             _ => Vec::new(),
         };
         let (degraded, answered, spent) =

@@ -21,7 +21,7 @@ use super::Engine;
 pub(super) type NonceAnswer = (
     bool,
     Option<Result<bool, StoreError>>,
-    Vec<crate::store::limits::Gcra>,
+    Vec<crate::store::limits::PlannedAnswer>,
 );
 
 impl Engine {
@@ -144,7 +144,7 @@ impl Engine {
         ts: i64,
         skew: i64,
         then: Option<Then>,
-        limits: &[crate::store::limits::LimitCall],
+        limits: &[crate::store::limits::Planned],
     ) -> ControlFlow<Verdict, NonceAnswer> {
         let (app, now_ms) = (ctx.app, ctx.now_ms);
         if let Err(msg) = validate_nonce(nonce) {

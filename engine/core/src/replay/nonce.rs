@@ -113,9 +113,10 @@ pub trait NonceStore: Send + Sync {
 
     /// [`check_and_insert`](Self::check_and_insert), or
     /// [`check_and_insert_then`](Self::check_and_insert_then) with `then`, and, only when the
-    /// nonce is fresh and the fingerprint (if any) new, the GCRA steps of `limits` in order,
-    /// stopping after the first that refuses: for a shared store, all in one round trip. The
-    /// second result has the answers of the steps taken (a prefix of `limits`; empty when the
+    /// nonce is fresh and the fingerprint (if any) new, the planned calls of `limits` in order (GCRA
+    /// steps and distinct counts), stopping after the first limit that refuses: for a shared
+    /// store, all in one round trip. The second result has the answers of the calls made (a
+    /// prefix of `limits`; empty when the
     /// request was a replay or a duplicate, or when the store could not tell whether an earlier
     /// send of this call took them). `None` when this store cannot.
     #[allow(clippy::too_many_arguments)]
@@ -127,8 +128,8 @@ pub trait NonceStore: Send + Sync {
         _window_ms: i64,
         _now_ms: i64,
         _then: Option<Then>,
-        _limits: &[crate::store::limits::LimitCall],
-    ) -> Option<(Combined, Vec<crate::store::limits::Gcra>)> {
+        _limits: &[crate::store::limits::Planned],
+    ) -> Option<(Combined, Vec<crate::store::limits::PlannedAnswer>)> {
         None
     }
 

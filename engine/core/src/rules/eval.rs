@@ -249,16 +249,39 @@ impl RuleSet {
         None
     }
 
-    /// The rate limits `tier`'s rules will spend for `req`, in order, for as long as each allows:
-    /// the rules that apply are planned in priority order ([`super::precheck::Precheck::plan`])
-    /// until the first that is not ruled out under that assumption (or has no pre-check). A store
-    /// can then spend them in the anti-replay step's round trip, stopping at the first refusal,
-    /// and hand the answers to the rules ([`super::prefetched`]): the same calls, in the same
-    /// order, with the same answers, as the tier makes on its own. Empty without counting state.
-    pub fn plan_limits(&self, tier: Tier, req: &Req) -> Vec<crate::store::limits::LimitCall> {
+    /// The counting calls the gateway and business tiers' rules will make for `req`, in order,
+    /// for as long as each rate limit allows: the rules that apply are planned in priority order
+    /// ([`super::precheck::Precheck::plan`]), gateway then business, until the first that is not
+    /// ruled out under that assumption (or has no pre-check), or the first distinct count (whose
+    /// answer the rules need before going on). A store can then make them in the anti-replay
+    /// step's round trip, stopping at the first refusal, and hand the answers to the rules
+    /// ([`super::prefetched`]): the same calls, in the same order, with the same answers, as the
+    /// tiers make on their own. Empty without counting state.
+    pub fn plan_calls(&self, req: &Req) -> Vec<crate::store::limits::Planned> {
         let mut out = Vec::new();
+        if self.plan_tier(Tier::Gateway, req, &mut out) {
+            self.plan_tier(Tier::Business, req, &mut out);
+        }
+        out
+    }
+
+    /// [`plan_calls`](Self::plan_calls) for one tier alone.
+    pub fn plan_limits(&self, tier: Tier, req: &Req) -> Vec<crate::store::limits::Planned> {
+        let mut out = Vec::new();
+        self.plan_tier(tier, req, &mut out);
+        out
+    }
+
+    /// Plans `tier` into `out`; true when every rule that applies was planned through (the
+    /// next tier can be planned after it).
+    fn plan_tier(
+        &self,
+        tier: Tier,
+        req: &Req,
+        out: &mut Vec<crate::store::limits::Planned>,
+    ) -> bool {
         let Some(state) = self.state.as_ref() else {
-            return out;
+            return false;
         };
         let index = &self.tiers[tier.index()];
         let max_string = self.engine.max_string_size();
@@ -273,11 +296,16 @@ impl RuleSet {
                 .as_ref()
                 .and_then(|p| p.plan(req, &self.lists, max_string, state));
             match planned {
-                Some(calls) => out.extend(calls),
-                None => break,
+                Some((calls, ends)) => {
+                    out.extend(calls);
+                    if ends {
+                        return false;
+                    }
+                }
+                None => return false,
             }
         }
-        out
+        true
     }
 
     /// What this set would decide for `req` if it were enforced, without lasting effects: claims

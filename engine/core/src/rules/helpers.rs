@@ -7,7 +7,7 @@ use super::state::{
     by_policy, ns_key, RuleState, EVAL_NOW, IN_EDGE, LAST_RETRY, REPUTATION_KINDS, RULE_ID,
 };
 use crate::store::hot::HotKind;
-use crate::store::limits::{Gcra, LimitCall};
+use crate::store::limits::{Planned, PlannedAnswer};
 
 /// Names of the helper functions registered for rules (used by the unknown-helper lint).
 pub const HELPERS: &[&str] = &[
@@ -183,42 +183,48 @@ pub(super) fn replayed(
 }
 
 thread_local! {
-    /// Rate limits already spent for the decision on this thread, in the order its rules will
-    /// call them, with their answers (see [`prefetched`]).
-    static PREFETCHED: std::cell::RefCell<std::collections::VecDeque<(LimitCall, Gcra)>> =
+    /// Counting calls already made for the decision on this thread, in the order its rules will
+    /// make them, with their answers (see [`prefetched`]).
+    static PREFETCHED: std::cell::RefCell<std::collections::VecDeque<(Planned, PlannedAnswer)>> =
         const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
 }
 
-/// Hands the answers of rate limits a store spent ahead of the rules (in the anti-replay step's
-/// round trip, planned by [`super::RuleSet::plan_limits`]) to the `rate_limit` calls of this
-/// thread's decision: each call on the next planned (key, rate, burst) takes its answer instead
-/// of asking the store. Returns a guard that forgets what was not taken.
-pub fn prefetched(answers: impl IntoIterator<Item = (LimitCall, Gcra)>) -> PrefetchedGuard {
+/// Hands the answers of counting calls a store made ahead of the rules (in the anti-replay
+/// step's round trip, planned by [`super::RuleSet::plan_calls`]) to the `rate_limit` and
+/// `distinct` calls of this thread's decision: each call equal to the next planned one takes
+/// its answer instead of asking the store. Returns a guard that forgets what was not taken.
+pub fn prefetched(answers: impl IntoIterator<Item = (Planned, PlannedAnswer)>) -> PrefetchedGuard {
+    let mut answers = answers.into_iter().peekable();
+    if answers.peek().is_none() {
+        return PrefetchedGuard(false);
+    }
     PREFETCHED.with(|p| {
         let mut p = p.borrow_mut();
         p.clear();
         p.extend(answers);
     });
-    PrefetchedGuard(())
+    PrefetchedGuard(true)
 }
 
 /// Forgets the prefetched answers not taken when dropped.
 #[must_use]
-pub struct PrefetchedGuard(());
+pub struct PrefetchedGuard(bool);
 
 impl Drop for PrefetchedGuard {
     fn drop(&mut self) {
-        PREFETCHED.with(|p| p.borrow_mut().clear());
+        if self.0 {
+            PREFETCHED.with(|p| p.borrow_mut().clear());
+        }
     }
 }
 
 /// The prefetched answer for this call, when it is the next one planned.
-fn take_prefetched(key: &str, rate: f64, burst: u32) -> Option<Gcra> {
+fn take_prefetched(call: impl FnOnce(&Planned) -> bool) -> Option<PlannedAnswer> {
     PREFETCHED.with(|p| {
         let mut p = p.borrow_mut();
         let (next, _) = p.front()?;
-        if next.key == key && next.rate_per_sec == rate && next.burst == burst {
-            p.pop_front().map(|(_, g)| g)
+        if call(next) {
+            p.pop_front().map(|(_, a)| a)
         } else {
             None
         }
@@ -238,12 +244,16 @@ pub(super) fn rate_limit(
         u32::try_from(burst).map_err(|_| rt_err("rate_limit: burst out of range".into()))?;
     let key_ns = ns_key(key);
     let now = EVAL_NOW.with(|n| n.get());
-    let answer = match take_prefetched(&key_ns, rate, burst) {
-        Some(g) => {
+    let planned = take_prefetched(|c| {
+        matches!(c, Planned::RateLimit(l)
+            if l.key == *key_ns && l.rate_per_sec == rate && l.burst == burst)
+    });
+    let answer = match planned {
+        Some(PlannedAnswer::RateLimit(g)) => {
             st.limiter.learn_answer(&key_ns, now, rate, burst, g);
             Ok(g)
         }
-        None => st.limiter.gcra(&key_ns, now, rate, burst),
+        _ => st.limiter.gcra(&key_ns, now, rate, burst),
     };
     let g = by_policy(
         "rate_limit",
@@ -293,10 +303,15 @@ pub(super) fn distinct(st: &RuleState, key: &str, item: &str, window_ms: i64) ->
         refuse_at_edge("distinct")?;
     }
     let now = EVAL_NOW.with(|n| n.get());
-    let n = if item.is_empty() {
-        st.distinct.count(&ns_key(key), now, window_ms)
-    } else {
-        st.distinct.add(&ns_key(key), item, now, window_ms)
+    let key = ns_key(key);
+    let planned = take_prefetched(|c| {
+        matches!(c, Planned::Distinct { key: k, item: i, window_ms: w }
+            if *k == *key && i == item && *w == window_ms)
+    });
+    let n = match planned {
+        Some(PlannedAnswer::Distinct(n)) => Ok(n),
+        _ if item.is_empty() => st.distinct.count(&key, now, window_ms),
+        _ => st.distinct.add(&key, item, now, window_ms),
     };
     by_policy("distinct", "distinct", st.policies.distinct, n, 0).map(|n| n as i64)
 }

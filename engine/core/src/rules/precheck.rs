@@ -25,6 +25,7 @@
 //! `.` chain (`req.param(count(…))`) are not pre-checked: there the interpreter's order of
 //! evaluation is not the obvious one.
 
+use crate::store::limits::Planned;
 use rhai::{ASTFlags, Dynamic, Expr, FnCallExpr, ImmutableString, Stmt, AST};
 
 use super::helpers::{Counting, Recorded};
@@ -283,6 +284,7 @@ impl Precheck {
             vars: Vec::with_capacity(self.lets.len()),
             calls,
             plan: None,
+            plan_ends: false,
         };
         let ruled_out = self.rules_out_in(&mut cx);
         if ruled_out {
@@ -296,19 +298,21 @@ impl Precheck {
     }
 
     /// Plans the rule for `req` as if every rate limit it calls allowed the request, spending
-    /// nothing: `Some(limits)` — the `rate_limit` calls it makes, in order — when it is then
-    /// ruled out (every condition `false`); `None` when it is not, or when a condition needs
+    /// nothing: `Some((calls, false))` — the `rate_limit` calls it makes, in order — when it is
+    /// then ruled out (every condition `false`); `Some((calls, true))` when it reaches a
+    /// `distinct(key, item, window)` with an item: the calls up to and with it, after which
+    /// nothing more can be planned; `None` when it is not ruled out, or when a condition needs
     /// anything else (another counting helper, an unsupported expression, a refusal this
     /// instance remembers, a bad argument). Exact by construction: the calls the rule will make
-    /// for real are these, in this order, for as long as they allow; the first that refuses
-    /// ends the plan's validity, and the rule then runs as usual.
+    /// for real are these, in this order, for as long as the limits allow; the first that
+    /// refuses ends the plan's validity, and the rule then runs as usual.
     pub(super) fn plan(
         &self,
         req: &ReqData,
         lists: &Lists,
         max_string: usize,
         state: &RuleState,
-    ) -> Option<Vec<crate::store::limits::LimitCall>> {
+    ) -> Option<(Vec<Planned>, bool)> {
         let mut cx = Cx {
             req,
             lists,
@@ -317,9 +321,15 @@ impl Precheck {
             vars: Vec::with_capacity(self.lets.len()),
             calls: Vec::new(),
             plan: Some(Vec::new()),
+            plan_ends: false,
         };
-        if self.rules_out_in(&mut cx) {
-            cx.plan
+        let ruled_out = self.rules_out_in(&mut cx);
+        if cx.plan_ends {
+            // A distinct count was planned: the calls up to it are the rule's, and nothing after
+            // it can be planned (its answer is not known ahead).
+            cx.plan.map(|p| (p, true))
+        } else if ruled_out {
+            cx.plan.map(|p| (p, false))
         } else {
             None
         }
@@ -455,8 +465,10 @@ struct Cx<'a> {
     vars: Vec<V<'a>>,
     /// The counting calls made, in order.
     calls: Vec<Recorded>,
-    /// Planning (see [`Precheck::plan`]): the rate limits the rule would spend, none spent.
-    plan: Option<Vec<crate::store::limits::LimitCall>>,
+    /// Planning (see [`Precheck::plan`]): the counting calls the rule would make, none made.
+    plan: Option<Vec<Planned>>,
+    /// Planning reached a call whose answer it cannot assume (a distinct count).
+    plan_ends: bool,
 }
 
 impl<'a> Cx<'a> {
@@ -569,7 +581,21 @@ impl<'a> Cx<'a> {
         use super::helpers::call_id;
         let st = self.state;
         if let Some(plan) = self.plan.as_mut() {
-            // Planning: a rate limit is taken as allowing; anything else stops the plan.
+            // Planning: a rate limit is taken as allowing; a distinct count with an item is the
+            // plan's last call; anything else stops the plan.
+            if let (Counting::Distinct, [key, item, V::Int(window)]) = (f, args) {
+                let (key, item) = (key.as_str()?, item.as_str()?);
+                if item.is_empty() || *window <= 0 || st.is_none() {
+                    return None;
+                }
+                plan.push(Planned::Distinct {
+                    key: super::state::ns_key(key).into_owned(),
+                    item: item.to_string(),
+                    window_ms: *window,
+                });
+                self.plan_ends = true;
+                return None;
+            }
             let (Counting::RateLimit, [key, rate, V::Int(burst)]) = (f, args) else {
                 return None;
             };
@@ -583,11 +609,11 @@ impl<'a> Cx<'a> {
             if st.limiter.refusal_cached(&key, now, rate, burst) {
                 return None;
             }
-            plan.push(crate::store::limits::LimitCall {
+            plan.push(Planned::RateLimit(crate::store::limits::LimitCall {
                 key,
                 rate_per_sec: rate,
                 burst,
-            });
+            }));
             return Some(V::Bool(true));
         }
         let (id, answer) = match (f, args) {

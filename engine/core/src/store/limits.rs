@@ -35,6 +35,28 @@ pub struct LimitCall {
     pub burst: u32,
 }
 
+/// A counting call a rule will make, planned before the rules run (see
+/// `RuleSet::plan_calls`), for a shared store to make in the anti-replay step's round trip.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Planned {
+    /// `rate_limit(key, rate, burst)`: one GCRA step.
+    RateLimit(LimitCall),
+    /// `distinct(key, item, window_ms)` with an item: adds it, answers the count. A plan ends
+    /// with it (what the rule does with the count is not known ahead).
+    Distinct {
+        key: String,
+        item: String,
+        window_ms: i64,
+    },
+}
+
+/// What a store answered to a [`Planned`] call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PlannedAnswer {
+    RateLimit(Gcra),
+    Distinct(u64),
+}
+
 pub trait LimiterStore: Send + Sync {
     /// One request against `key`'s limit of `rate_per_sec` with bursts of up to `burst`.
     fn gcra(

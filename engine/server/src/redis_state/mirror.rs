@@ -303,12 +303,21 @@ mod tests {
         m.ready.store(true, Ordering::Release);
         let key = format!("{REPUTATION_PREFIX}ip\u{1f}198.51.100.9");
         assert!(m.apply(format!("rp:w:{key}\n60000 60000 40 0").as_bytes()));
-        assert_eq!(m.read(std::slice::from_ref(&key), 60_500, 60_000), Some(vec![40]));
+        assert_eq!(
+            m.read(std::slice::from_ref(&key), 60_500, 60_000),
+            Some(vec![40])
+        );
         // Numbers printed by Lua as floats are read too.
         assert!(m.apply(format!("rp:w:{key}\n6e4 6.0e4 45 0").as_bytes()));
-        assert_eq!(m.read(std::slice::from_ref(&key), 60_500, 60_000), Some(vec![45]));
+        assert_eq!(
+            m.read(std::slice::from_ref(&key), 60_500, 60_000),
+            Some(vec![45])
+        );
         assert!(m.apply(format!("rp:w:{key}\n").as_bytes()));
-        assert_eq!(m.read(std::slice::from_ref(&key), 60_500, 60_000), Some(vec![0]));
+        assert_eq!(
+            m.read(std::slice::from_ref(&key), 60_500, 60_000),
+            Some(vec![0])
+        );
         // Other prefixes, keys and garbage change nothing.
         assert!(m.apply(b"other:w:x\n1 1 1 1"));
         assert!(m.apply(b"no newline"));

@@ -53,23 +53,27 @@ return 1
     )
 });
 
-/// The anti-replay step and the gateway tier's planned rate limits in one script (one node):
+/// The anti-replay step and the rule tiers' planned counting calls in one script (one node):
 /// the nonce (exact or Bloom), then the fingerprint if one is asked, and only when the request
-/// is fresh and new, the GCRA steps of the limits in order, stopping after the first refusal —
-/// the calls the rules would make themselves, in the same order (see `RuleSet::plan_limits`).
+/// is fresh and new, the planned rate limits and distinct counts in order, stopping after the
+/// first refusal — the calls the rules would make themselves, in the same order (see
+/// `RuleSet::plan_calls`).
 /// With no limit it is the nonce-then-fingerprint step alone (the anti-replay core's two writes
 /// in one round trip). The nonce and the fingerprint hold the call's token, so a second run of
 /// the same call answers as the first did (see [`SET_ONCE`]).
 ///
 /// KEYS[1] the nonce key (exact) or bitmap (Bloom), KEYS[2] the call's token key (Bloom; the
 /// nonce key again when exact), KEYS[3] the fingerprint (the nonce key again when none is asked),
-/// KEYS[4..] the limits' keys. ARGV[1] `e` (exact) or `b` (Bloom), ARGV[2] the call's token,
-/// ARGV[3] the nonce's TTL (exact) or the bitmap's (Bloom), ARGV[4] the bitmap's size, ARGV[5]
-/// the token key's TTL, ARGV[6] the fingerprint's TTL (0: none asked), ARGV[7] now (ms), ARGV[8]
-/// the number of limits n, then T and τ of each limit (as [`GCRA`]), then the probe bits (Bloom).
+/// KEYS[4..] the planned calls' keys (one per limit; a distinct count's current and previous
+/// windows). ARGV[1] `e` (exact) or `b` (Bloom), ARGV[2] the call's token, ARGV[3] the nonce's TTL
+/// (exact) or the bitmap's (Bloom), ARGV[4] the bitmap's size, ARGV[5] the token key's TTL,
+/// ARGV[6] the fingerprint's TTL (0: none asked), ARGV[7] now (ms), ARGV[8] the number of planned
+/// calls n, then three arguments per call: `g`, T and τ (a limit, as [`GCRA`]), or `d`, the item
+/// and the current window's TTL (a distinct count, as [`DISTINCT`]); then the probe bits (Bloom).
 ///
 /// Returns {nonce seen (0|1), fingerprint seen (0|1, or -1 when not asked or not touched), then
-/// allowed (1|0) and retry_after_ms for each limit taken}. A second run of the same call (sent
+/// for each call made: allowed (1|0) and retry_after_ms (a limit), or 1 and the count (a
+/// distinct count)}. A second run of the same call (sent
 /// again after its first answer never came) meets its own writes, answers "new" as the first
 /// did, and takes no limit: the first run may have taken them, and the rules then ask on their
 /// own (a limit is spent twice only in that case, never a nonce judged twice).
@@ -95,7 +99,7 @@ else
   if redis.call('EXISTS', key) == 0 then
     redis.call('SET', key, string.rep('\0', tonumber(ARGV[4])), 'PX', ARGV[3])
   end
-  local old = redis.call('BITFIELD', key, unpack(ARGV, 9 + 2 * n))
+  local old = redis.call('BITFIELD', key, unpack(ARGV, 9 + 3 * n))
   for i = 1, #old do
     if old[i] == 0 then
       redis.call('SET', KEYS[2], 1, 'PX', ARGV[5])
@@ -113,23 +117,34 @@ end
 local out = {0, fp}
 if rerun then return out end
 local now = tonumber(ARGV[7])
+local ki = 4
 for i = 1, n do
-  local t = tonumber(ARGV[7 + 2 * i])
-  local tau = tonumber(ARGV[8 + 2 * i])
-  local k = KEYS[3 + i]
-  local tat = tonumber(redis.call('GET', k) or '') or now
-  if tat < now then tat = now end
-  local nxt = tat + t
-  if nxt - now <= tau then
-    redis.call('SET', k, string.format('%.3f', nxt), 'PX', math.ceil(nxt - now) + 1)
+  local a = 6 + 3 * i
+  if ARGV[a] == 'd' then
+    redis.call('PFADD', KEYS[ki], ARGV[a + 1])
+    redis.call('PEXPIRE', KEYS[ki], ARGV[a + 2])
     out[#out + 1] = 1
-    out[#out + 1] = 0
+    out[#out + 1] = redis.call('PFCOUNT', KEYS[ki], KEYS[ki + 1])
+    ki = ki + 2
   else
-    local retry = math.ceil(nxt - tau - now)
-    if retry < 1 then retry = 1 end
-    out[#out + 1] = 0
-    out[#out + 1] = retry
-    return out
+    local t = tonumber(ARGV[a + 1])
+    local tau = tonumber(ARGV[a + 2])
+    local k = KEYS[ki]
+    ki = ki + 1
+    local tat = tonumber(redis.call('GET', k) or '') or now
+    if tat < now then tat = now end
+    local nxt = tat + t
+    if nxt - now <= tau then
+      redis.call('SET', k, string.format('%.3f', nxt), 'PX', math.ceil(nxt - now) + 1)
+      out[#out + 1] = 1
+      out[#out + 1] = 0
+    else
+      local retry = math.ceil(nxt - tau - now)
+      if retry < 1 then retry = 1 end
+      out[#out + 1] = 0
+      out[#out + 1] = retry
+      return out
+    end
   end
 end
 return out

@@ -24,7 +24,7 @@ use rampart_core::replay::fingerprint::FingerprintStore;
 use rampart_core::replay::nonce::{Combined, NonceStats, NonceStore, NonceVerdict, Then};
 use rampart_core::store::hll::DistinctStore;
 use rampart_core::store::limits::{
-    window_estimate, Gcra, LimitCall, LimiterStore, RefusalCache, StoredWindow,
+    window_estimate, Gcra, LimiterStore, Planned, PlannedAnswer, RefusalCache, StoredWindow,
 };
 use rampart_core::store::quota::{Claim, PoolView, QuotaStore, SegmentView};
 use rampart_core::store::StoreError;
@@ -499,18 +499,36 @@ impl NonceStore for RedisNonces {
         window_ms: i64,
         now_ms: i64,
         then: Option<Then>,
-        limits: &[LimitCall],
-    ) -> Option<(Combined, Vec<Gcra>)> {
+        limits: &[Planned],
+    ) -> Option<(Combined, Vec<PlannedAnswer>)> {
         if self.redis.is_cluster() {
             return None;
         }
         let p = self.redis.prefix();
         let token = call_token();
         let fp = then.map(|t| (format!("{p}:f:{:032x}", t.fingerprint), t.window_ms.max(1)));
-        let limit_keys: Vec<String> = limits
-            .iter()
-            .map(|l| format!("{p}:g:{}", key_part(&l.key)))
-            .collect();
+        // Each call's keys and its three arguments (kind, then T and τ, or the item and the TTL).
+        let mut limit_keys: Vec<String> = Vec::with_capacity(limits.len() + 1);
+        let mut limit_args: Vec<(&str, String, String)> = Vec::with_capacity(limits.len());
+        for l in limits {
+            match l {
+                Planned::RateLimit(l) => {
+                    limit_keys.push(format!("{p}:g:{}", key_part(&l.key)));
+                    let t = 1000.0 / l.rate_per_sec;
+                    limit_args.push(("g", t.to_string(), (t * l.burst as f64).to_string()));
+                }
+                Planned::Distinct {
+                    key,
+                    item,
+                    window_ms,
+                } => {
+                    let (cur, prev, ttl) = distinct_keys(p, key, now_ms, *window_ms);
+                    limit_keys.push(cur);
+                    limit_keys.push(prev);
+                    limit_args.push(("d", item.clone(), ttl.to_string()));
+                }
+            }
+        }
         // (mode, nonce key, token key, nonce TTL, bitmap bytes, probe bits)
         let (mode, key, token_key, ttl, bytes, offsets) = if self.filters.is_empty() {
             let ttl = self.exact_ttl(ts_ms, window_ms, now_ms);
@@ -550,9 +568,8 @@ impl NonceStore for RedisNonces {
                 .arg(fp.as_ref().map_or(0, |(_, ttl)| *ttl))
                 .arg(now_ms)
                 .arg(limits.len());
-            for l in limits {
-                let t = 1000.0 / l.rate_per_sec;
-                inv.arg(t).arg(t * l.burst as f64);
+            for (kind, a, b) in &limit_args {
+                inv.arg(*kind).arg(a).arg(b);
             }
             for o in &offsets {
                 inv.arg("SET").arg("u1").arg(*o).arg(1);
@@ -568,9 +585,13 @@ impl NonceStore for RedisNonces {
                     .get(2..)
                     .unwrap_or_default()
                     .chunks_exact(2)
-                    .map(|a| Gcra {
-                        allowed: a[0] == 1,
-                        retry_after_ms: a[1].max(0) as u64,
+                    .zip(limits)
+                    .map(|(a, l)| match l {
+                        Planned::RateLimit(_) => PlannedAnswer::RateLimit(Gcra {
+                            allowed: a[0] == 1,
+                            retry_after_ms: a[1].max(0) as u64,
+                        }),
+                        Planned::Distinct { .. } => PlannedAnswer::Distinct(a[1].max(0) as u64),
                     })
                     .collect();
                 (
@@ -942,16 +963,7 @@ impl RedisDistinct {
         if window_ms <= 0 {
             return Err(invalid("distinct windows must be positive"));
         }
-        let start = now_ms.div_euclid(window_ms) * window_ms;
-        // The tag is a hash of the key: both windows in one slot, whatever characters the key has.
-        let tag = format!(
-            "{}:d:{{{:016x}}}:{window_ms}",
-            self.redis.prefix(),
-            xxh3_64(key.as_bytes())
-        );
-        let cur = format!("{tag}:{start}");
-        let prev = format!("{tag}:{}", start - window_ms);
-        let ttl = start + 2 * window_ms - now_ms + 1;
+        let (cur, prev, ttl) = distinct_keys(self.redis.prefix(), key, now_ms, window_ms);
         let item = item.to_string();
         self.redis.call(move |c| {
             scripts::DISTINCT
@@ -962,6 +974,21 @@ impl RedisDistinct {
                 .invoke(c)
         })
     }
+}
+
+/// A distinct count's current and previous window keys and the current one's TTL (ms). The tag
+/// is a hash of the key: both windows in one slot, whatever characters the key has.
+fn distinct_keys(prefix: &str, key: &str, now_ms: i64, window_ms: i64) -> (String, String, i64) {
+    let start = now_ms.div_euclid(window_ms) * window_ms;
+    let tag = format!(
+        "{prefix}:d:{{{:016x}}}:{window_ms}",
+        xxh3_64(key.as_bytes())
+    );
+    (
+        format!("{tag}:{start}"),
+        format!("{tag}:{}", start - window_ms),
+        start + 2 * window_ms - now_ms + 1,
+    )
 }
 
 impl DistinctStore for RedisDistinct {

@@ -202,6 +202,7 @@ fn every_value_it_computes_is_the_interpreters() {
                 vars: Vec::new(),
                 calls: Vec::new(),
                 plan: None,
+                plan_ends: false,
             };
             let compiled = super::compile_expr(&var.1, &[], true);
             let Some(native) = cx.eval(&compiled) else {
