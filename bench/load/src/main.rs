@@ -80,6 +80,11 @@ struct RunArgs {
     /// Use this Redis instead of starting one.
     #[arg(long)]
     redis_url: Option<String>,
+    /// Where the Redis this run starts runs: `servers` (beside the engine, on the servers'
+    /// cores), `generator` (on the generator's core, which the Redis run leaves mostly idle: the
+    /// nearest this machine has to Redis on a host of its own), or `both` (two Redis rows).
+    #[arg(long, default_value = "servers")]
+    redis_core: String,
     /// Use this ClickHouse (HTTP URL) instead of starting one.
     #[arg(long)]
     clickhouse_url: Option<String>,
@@ -203,7 +208,7 @@ fn fleet(
     let url = match &a.redis_url {
         Some(u) => u.clone(),
         None => {
-            started = servers::redis(tmp);
+            started = servers::redis(tmp, false);
             match &started {
                 Some(r) => format!("redis://{}", r.addr),
                 None => {
@@ -448,14 +453,27 @@ fn main() -> std::process::ExitCode {
         .iter()
         .find(|r| r.name == "engine, local state")
         .map(|r| r.max.rps());
-    if want("redis") {
+    let redis_cores: &[bool] = match (a.redis_url.is_some(), a.redis_core.as_str()) {
+        (true, _) | (false, "servers") => &[false],
+        (false, "generator") => &[true],
+        _ => &[false, true],
+    };
+    for &on_generator in redis_cores.iter().filter(|_| want("redis")) {
         let started;
         let url = match &a.redis_url {
             Some(u) => Some(u.clone()),
             None => {
-                started = servers::redis(&tmp);
+                started = servers::redis(&tmp, on_generator);
                 started.as_ref().map(|r| format!("redis://{}", r.addr))
             }
+        };
+        let (name, key) = if on_generator {
+            (
+                "engine, Redis state (Redis on the generator's core)",
+                "redis_costs_redis_on_generator_core",
+            )
+        } else {
+            ("engine, Redis state", "redis_costs")
         };
         match url {
             Some(url) => {
@@ -485,8 +503,10 @@ fn main() -> std::process::ExitCode {
                     )
                 };
                 let before = sample();
-                let row = measure("engine, Redis state", e.addr, e.pid(), &a);
+                let stats_before = redis_addr.and_then(servers::redis_commandstats);
+                let row = measure(name, e.addr, e.pid(), &a);
                 let after = sample();
+                let stats_after = redis_addr.and_then(servers::redis_commandstats);
                 if let ((Some(d0), Some(c0), Some(r0)), (Some(d1), Some(c1), Some(r1))) =
                     (before, after)
                 {
@@ -499,9 +519,41 @@ fn main() -> std::process::ExitCode {
                         "",
                         vs_local.map_or("?".into(), |v| format!("{:.1}%", v * 100.0))
                     );
-                    report["redis_costs"] = json!({
+                    // Where Redis's CPU went: each command's own time (`INFO commandstats`);
+                    // the rest is the event loop's reading, writing and waking up.
+                    let mut by_command = Vec::new();
+                    if let (Some(b), Some(a)) = (&stats_before, &stats_after) {
+                        for (name, calls, usec) in a {
+                            let (c0, u0) = b
+                                .iter()
+                                .find(|(n, ..)| n == name)
+                                .map_or((0.0, 0.0), |(_, c, u)| (*c, *u));
+                            let (dc, du) = (calls - c0, usec - u0);
+                            if dc > 0.0 && dc / n >= 0.01 {
+                                by_command.push((name.clone(), dc / n, du / dc));
+                            }
+                        }
+                    }
+                    by_command.sort_by(|x, y| (y.1 * y.2).total_cmp(&(x.1 * x.2)));
+                    let inside: f64 = by_command.iter().map(|(_, c, u)| c * u).sum();
+                    eprintln!(
+                        "  {:<28} inside commands {inside:.1} µs per decision: {}",
+                        "",
+                        by_command
+                            .iter()
+                            .map(|(name, c, u)| format!("{name} {c:.2} × {u:.1} µs"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                    report[key] = json!({
                         "round_trips_per_decision": (trips * 100.0).round() / 100.0,
                         "redis_cpu_us_per_decision": (cpu * 10.0).round() / 10.0,
+                        "redis_command_us_per_decision": (inside * 10.0).round() / 10.0,
+                        "by_command": by_command.iter().map(|(name, c, u)| json!({
+                            "command": name,
+                            "per_decision": (c * 100.0).round() / 100.0,
+                            "us_each": (u * 10.0).round() / 10.0,
+                        })).collect::<Vec<_>>(),
                         "vs_local": vs_local.map(|v| (v * 1000.0).round() / 1000.0),
                     });
                 }

@@ -148,10 +148,43 @@ pub fn engine_metric(addr: SocketAddr, name: &str) -> Option<f64> {
 
 /// The CPU time Redis has used so far (user + system, µs), from `INFO cpu`.
 pub fn redis_cpu_us(addr: SocketAddr) -> Option<f64> {
+    let text = redis_info(addr, "cpu")?;
+    let field = |k: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k))?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some((field("used_cpu_sys:")? + field("used_cpu_user:")?) * 1e6)
+}
+
+/// Per command Redis has run so far: (name, calls, µs spent running it), from `INFO
+/// commandstats` (the time inside the command, not the event loop's reading and writing).
+pub fn redis_commandstats(addr: SocketAddr) -> Option<Vec<(String, f64, f64)>> {
+    let text = redis_info(addr, "commandstats")?;
+    Some(
+        text.lines()
+            .filter_map(|l| {
+                let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+                let num = |k: &str| -> Option<f64> {
+                    rest.split(',')
+                        .find_map(|f| f.strip_prefix(k))?
+                        .parse()
+                        .ok()
+                };
+                Some((name.to_string(), num("calls=")?, num("usec=")?))
+            })
+            .collect(),
+    )
+}
+
+/// One `INFO <section>` answer's text.
+fn redis_info(addr: SocketAddr, section: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(b"INFO cpu\r\n").ok()?;
+    s.write_all(format!("INFO {section}\r\n").as_bytes()).ok()?;
     // One bulk string: `$<len>\r\n<text>\r\n`.
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -168,14 +201,7 @@ pub fn redis_cpu_us(addr: SocketAddr) -> Option<f64> {
             break body[..len].to_string();
         }
     };
-    let field = |k: &str| -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(k))?
-            .trim()
-            .parse()
-            .ok()
-    };
-    Some((field("used_cpu_sys:")? + field("used_cpu_user:")?) * 1e6)
+    Some(text)
 }
 
 /// The baseline: this binary's `baseline` subcommand, an actix-web server answering every
@@ -270,12 +296,16 @@ pub fn engine(bin: &Path, dir: &Path, name: &str, config: &str) -> Proc {
 }
 
 /// A throwaway Redis on loopback, persistence off.
-pub fn redis(dir: &Path) -> Option<Proc> {
+/// A Redis on loopback: on the servers' cores, or (`on_generator`) on the generator's.
+pub fn redis(dir: &Path, on_generator: bool) -> Option<Proc> {
     let port = free_port();
     let dir = dir.to_path_buf();
     let spawn = move || {
         let mut cmd = Command::new("redis-server");
-        place(&mut cmd);
+        match crate::cpu::placement() {
+            Some(p) if on_generator => p.place_on_generator(&mut cmd),
+            _ => place(&mut cmd),
+        }
         cmd.args([
             "--port",
             &port.to_string(),

@@ -152,7 +152,7 @@ pub fn run(a: SoakArgs) -> std::process::ExitCode {
     }
     let tmp = std::env::temp_dir().join(format!("rampart-soak-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).expect("a temporary directory");
-    let Some(mut redis) = servers::redis(&tmp) else {
+    let Some(mut redis) = servers::redis(&tmp, false) else {
         eprintln!("soak: redis-server is needed (scripts/test.sh installs it)");
         return std::process::ExitCode::from(2);
     };
