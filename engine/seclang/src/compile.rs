@@ -59,6 +59,10 @@ pub struct Rule {
     /// The parts (see [`part_of`]) the rule reads, so a transaction can skip it when no value
     /// there can pass its prefilter; 0 when it reads something else (TX, counts).
     pub parts: u64,
+    /// Its target list's number among the set's distinct lists whose values do not change
+    /// during a transaction ([`group_targets`]); `u32::MAX` when they may (TX, matched values,
+    /// counts).
+    pub target_group: u32,
     pub capture: bool,
     pub multi_match: bool,
     pub setvars: Vec<SetVar>,
@@ -94,6 +98,50 @@ pub struct Compiled {
     /// `Prefilter::global`, 64 to a word).
     pub global: Option<(aho_corasick::AhoCorasick, Vec<LiteralBits>)>,
     pub global_words: usize,
+    /// Distinct target lists whose values a transaction can collect once and share (see
+    /// [`group_targets`]).
+    pub target_groups: u32,
+}
+
+/// Numbers every rule's target list (chains included) among the set's distinct lists, so that a
+/// transaction collects the values of a list once (the CRS repeats a few lists, such as
+/// `REQUEST_COOKIES|!REQUEST_COOKIES:/__utm/|REQUEST_COOKIES_NAMES|ARGS_NAMES|ARGS|XML:/*`, on
+/// most of its rules). Lists that read what changes while rules run (TX, the matched values) or
+/// count are left out. Run last: exclusions added by later directives change the lists.
+pub fn group_targets(c: &mut Compiled) {
+    use crate::vars::Var;
+    let mut ids: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    let mut visit = |r: &mut Rule| {
+        let stable = r.targets.iter().all(|t| {
+            !t.count
+                && !matches!(
+                    t.var,
+                    Var::Tx
+                        | Var::MatchedVar
+                        | Var::MatchedVarName
+                        | Var::MatchedVars
+                        | Var::MatchedVarsNames
+                )
+        });
+        if stable && !r.targets.is_empty() {
+            let n = ids.len() as u32;
+            r.target_group = *ids.entry(format!("{:?}", r.targets)).or_insert(n);
+        } else {
+            r.target_group = u32::MAX;
+        }
+    };
+    for phase in &mut c.phases {
+        for item in phase.iter_mut() {
+            if let Item::Rule(r) = item {
+                let mut m: Option<&mut Rule> = Some(r);
+                while let Some(x) = m {
+                    visit(x);
+                    m = x.chain.as_deref_mut();
+                }
+            }
+        }
+    }
+    c.target_groups = ids.len() as u32;
 }
 
 /// Parts 0..16 are the keyed collections' values (even) and keys (odd), by `eval::Col`; part
@@ -761,6 +809,7 @@ impl<'a> Builder<'a> {
             prefix_ids,
             prefilter: None,
             parts: 0,
+            target_group: u32::MAX,
             sensitive,
             capture: m.capture,
             multi_match: m.multi_match,

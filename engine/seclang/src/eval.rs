@@ -88,6 +88,9 @@ pub(crate) struct Tx<'r> {
     /// Per slot: byte classes and raw-value prefilter bits.
     slots: Vec<Option<(u16, Box<[u64]>)>>,
     refs: Vec<Ref>,
+    /// Per target group (`Rule::target_group`): the values its list collected, while no `ctl`
+    /// has removed a target.
+    groups: Vec<Option<Rc<[Ref]>>>,
     rule_id: u32,
     rule_msg: Vec<u8>,
     out: Outcome,
@@ -254,6 +257,7 @@ impl<'r> Tx<'r> {
             parts: vec![None; 64],
             excl: std::cell::RefCell::new(FxMap::with_capacity_and_hasher(64, Default::default())),
             refs: Vec::new(),
+            groups: vec![None; rs.compiled.target_groups as usize],
             rule_id: 0,
             rule_msg: Vec::new(),
             out: Outcome::default(),
@@ -425,13 +429,34 @@ impl<'r> Tx<'r> {
             }
             return hit;
         }
+        // A list's values do not depend on the rule (`top` only matters to targets a `ctl` removed).
+        let group = (r.target_group != u32::MAX && self.removed_targets.is_empty())
+            .then_some(r.target_group as usize);
+        let shared: Option<Rc<[Ref]>> = match group {
+            Some(g) => Some(match &self.groups[g] {
+                Some(list) => list.clone(),
+                None => {
+                    let mut v = Vec::new();
+                    for t in &r.targets {
+                        self.collect(t, top, &mut v);
+                    }
+                    let list: Rc<[Ref]> = v.into();
+                    self.groups[g] = Some(list.clone());
+                    list
+                }
+            }),
+            None => None,
+        };
         let mut refs = std::mem::take(&mut self.refs);
         refs.clear();
-        for t in &r.targets {
-            self.collect(t, top, &mut refs);
+        if shared.is_none() {
+            for t in &r.targets {
+                self.collect(t, top, &mut refs);
+            }
         }
+        let list: &[Ref] = shared.as_deref().unwrap_or(&refs);
         let mut any = false;
-        for rf in &refs {
+        for rf in list {
             let slot = self.slot(rf);
             if let (Some(pf), Some(slot)) = (r.prefilter, slot) {
                 if !self.may_match(slot, pf, r) {

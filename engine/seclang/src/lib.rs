@@ -113,6 +113,9 @@ impl Ruleset {
         if std::env::var_os("SECLANG_NO_SPECIALIZE").is_none() {
             rs.folded = specialize::specialize(&mut rs);
         }
+        if std::env::var_os("SECLANG_NO_TARGET_GROUPS").is_none() {
+            compile::group_targets(&mut rs.compiled);
+        }
         Ok(rs)
     }
 

@@ -297,3 +297,39 @@ fn list_remaining_rules() {
     .unwrap();
     println!("folded {}; left {:?}", rs.folded(), rs.rule_ids());
 }
+
+/// Rules with the same target list share the values it selects, collected once per request;
+/// a `ctl` that removes a target from later rules is still honoured after the list was shared.
+#[test]
+fn shared_target_lists_honour_targets_removed_mid_request() {
+    let rs = set(r#"
+SecRule ARGS "@contains evil" "id:1,phase:2,pass,t:none,severity:'WARNING',setvar:'tx.anomaly_score=+1'"
+SecRule ARGS "@contains trigger" "id:2,phase:2,pass,t:none,nolog,ctl:ruleRemoveTargetById=3;ARGS:a"
+SecRule ARGS "@contains evil" "id:3,phase:2,pass,t:none,severity:'WARNING',setvar:'tx.anomaly_score=+1'"
+SecRule ARGS|!ARGS:b "@contains evil" "id:4,phase:2,pass,t:none,severity:'WARNING',setvar:'tx.anomaly_score=+1'"
+"#);
+    let ids = |o: &Outcome| {
+        o.matched
+            .iter()
+            .map(|m| (m.id, m.var.clone()))
+            .collect::<Vec<_>>()
+    };
+    let o = rs.evaluate(&req("GET", "/s?a=evil&b=evil", &[], b""));
+    assert_eq!(
+        ids(&o),
+        [
+            (1, "ARGS:b".to_string()),
+            (3, "ARGS:b".to_string()),
+            (4, "ARGS:a".to_string())
+        ],
+        "no trigger: every rule sees both (the last reports its last match, the others too)"
+    );
+    let o = rs.evaluate(&req("GET", "/s?a=evil&b=evil&c=trigger", &[], b""));
+    assert_eq!(o.score, 4, "{:?}", ids(&o));
+    let o = rs.evaluate(&req("GET", "/s?a=evil&c=trigger", &[], b""));
+    assert_eq!(
+        ids(&o),
+        [(1, "ARGS:a".to_string()), (4, "ARGS:a".to_string())],
+        "rule 3 no longer reads ARGS:a"
+    );
+}
