@@ -1364,16 +1364,15 @@ fn the_gateway_tiers_rate_limits_are_planned_in_order_and_nothing_is_spent() {
         if ip.is_empty() {
             d.client.ip = None;
         }
-        set.plan_limits(
-            rampart_core::policy::Tier::Gateway,
-            &Req::from_request(&d, 1_000_000),
-        )
-        .into_iter()
-        .map(|c| match c {
-            rampart_core::store::limits::Planned::RateLimit(c) => (c.key, c.rate_per_sec, c.burst),
-            other => panic!("{other:?}"),
-        })
-        .collect()
+        set.plan_calls(&Req::from_request(&d, 1_000_000))
+            .into_iter()
+            .map(|c| match c {
+                rampart_core::store::limits::Planned::RateLimit(c) => {
+                    (c.key, c.rate_per_sec, c.burst)
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect()
     };
     assert_eq!(
         plan("/x", "192.0.2.9"),

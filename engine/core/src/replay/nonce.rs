@@ -106,7 +106,7 @@ pub trait NonceStore: Send + Sync {
     }
 
     /// Whether this store can take [`check_and_insert_limits`](Self::check_and_insert_limits)
-    /// (the engine plans the gateway tier's rate limits only then).
+    /// (the engine plans the gateway and business tiers' counting calls only then).
     fn batches_limits(&self) -> bool {
         false
     }

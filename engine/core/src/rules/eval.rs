@@ -265,13 +265,6 @@ impl RuleSet {
         out
     }
 
-    /// [`plan_calls`](Self::plan_calls) for one tier alone.
-    pub fn plan_limits(&self, tier: Tier, req: &Req) -> Vec<crate::store::limits::Planned> {
-        let mut out = Vec::new();
-        self.plan_tier(tier, req, &mut out);
-        out
-    }
-
     /// Plans `tier` into `out`; true when every rule that applies was planned through (the
     /// next tier can be planned after it).
     fn plan_tier(

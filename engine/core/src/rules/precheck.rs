@@ -284,7 +284,6 @@ impl Precheck {
             vars: Vec::with_capacity(self.lets.len()),
             calls,
             plan: None,
-            plan_ends: false,
         };
         let ruled_out = self.rules_out_in(&mut cx);
         if ruled_out {
@@ -321,15 +320,15 @@ impl Precheck {
             vars: Vec::with_capacity(self.lets.len()),
             calls: Vec::new(),
             plan: Some(Vec::new()),
-            plan_ends: false,
         };
         let ruled_out = self.rules_out_in(&mut cx);
-        if cx.plan_ends {
+        let plan = cx.plan?;
+        if matches!(plan.last(), Some(Planned::Distinct { .. })) {
             // A distinct count was planned: the calls up to it are the rule's, and nothing after
             // it can be planned (its answer is not known ahead).
-            cx.plan.map(|p| (p, true))
+            Some((plan, true))
         } else if ruled_out {
-            cx.plan.map(|p| (p, false))
+            Some((plan, false))
         } else {
             None
         }
@@ -465,10 +464,9 @@ struct Cx<'a> {
     vars: Vec<V<'a>>,
     /// The counting calls made, in order.
     calls: Vec<Recorded>,
-    /// Planning (see [`Precheck::plan`]): the counting calls the rule would make, none made.
+    /// Planning (see [`Precheck::plan`]): the counting calls the rule would make, none made. A
+    /// distinct count is always the last: evaluation stops at it (its answer is not known ahead).
     plan: Option<Vec<Planned>>,
-    /// Planning reached a call whose answer it cannot assume (a distinct count).
-    plan_ends: bool,
 }
 
 impl<'a> Cx<'a> {
@@ -593,7 +591,6 @@ impl<'a> Cx<'a> {
                     item: item.to_string(),
                     window_ms: *window,
                 });
-                self.plan_ends = true;
                 return None;
             }
             let (Counting::RateLimit, [key, rate, V::Int(burst)]) = (f, args) else {

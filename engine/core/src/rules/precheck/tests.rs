@@ -202,7 +202,6 @@ fn every_value_it_computes_is_the_interpreters() {
                 vars: Vec::new(),
                 calls: Vec::new(),
                 plan: None,
-                plan_ends: false,
             };
             let compiled = super::compile_expr(&var.1, &[], true);
             let Some(native) = cx.eval(&compiled) else {
