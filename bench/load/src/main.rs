@@ -85,6 +85,11 @@ struct RunArgs {
     /// nearest this machine has to Redis on a host of its own), or `both` (two Redis rows).
     #[arg(long, default_value = "servers")]
     redis_core: String,
+    /// Whether the Redis engine shares writes between concurrent decisions (`[state]
+    /// redis_coalesce`): `on`, `off`, or `both` (the row without coalescing first, then with it:
+    /// the before and after in one run).
+    #[arg(long, default_value = "both")]
+    redis_coalesce: String,
     /// Use this ClickHouse (HTTP URL) instead of starting one.
     #[arg(long)]
     clickhouse_url: Option<String>,
@@ -458,7 +463,17 @@ fn main() -> std::process::ExitCode {
         (false, "generator") => &[true],
         _ => &[false, true],
     };
-    for &on_generator in redis_cores.iter().filter(|_| want("redis")) {
+    let coalesce: &[bool] = match a.redis_coalesce.as_str() {
+        "on" => &[true],
+        "off" => &[false],
+        _ => &[false, true],
+    };
+    let redis_runs: Vec<(bool, bool)> = redis_cores
+        .iter()
+        .flat_map(|&g| coalesce.iter().map(move |&c| (g, c)))
+        .filter(|_| want("redis"))
+        .collect();
+    for (on_generator, coalescing) in redis_runs {
         let started;
         let url = match &a.redis_url {
             Some(u) => Some(u.clone()),
@@ -475,6 +490,15 @@ fn main() -> std::process::ExitCode {
         } else {
             ("engine, Redis state", "redis_costs")
         };
+        let (name, key) = if coalescing {
+            (name.to_string(), key.to_string())
+        } else {
+            (
+                format!("{name}, no coalescing"),
+                format!("{key}_no_coalescing"),
+            )
+        };
+        let (name, key) = (name.as_str(), key.as_str());
         match url {
             Some(url) => {
                 let redis_addr: Option<std::net::SocketAddr> = url
@@ -487,7 +511,7 @@ fn main() -> std::process::ExitCode {
                     workers,
                     None,
                     &format!(
-                        "{}[state]\nbackend = \"redis\"\nredis_url = \"{url}\"\n",
+                        "{}[state]\nbackend = \"redis\"\nredis_url = \"{url}\"\nredis_coalesce = {coalescing}\n",
                         dl("redis")
                     ),
                 );
@@ -500,6 +524,8 @@ fn main() -> std::process::ExitCode {
                         servers::engine_metric(e.addr, "rampart_decisions_total"),
                         servers::engine_metric(e.addr, "rampart_redis_calls_total"),
                         redis_addr.and_then(servers::redis_cpu_us),
+                        servers::engine_metric(e.addr, "rampart_redis_coalesced_writes_total"),
+                        servers::engine_metric(e.addr, "rampart_redis_coalesced_commands_total"),
                     )
                 };
                 let before = sample();
@@ -507,17 +533,29 @@ fn main() -> std::process::ExitCode {
                 let row = measure(name, e.addr, e.pid(), &a);
                 let after = sample();
                 let stats_after = redis_addr.and_then(servers::redis_commandstats);
-                if let ((Some(d0), Some(c0), Some(r0)), (Some(d1), Some(c1), Some(r1))) =
-                    (before, after)
+                if let (
+                    (Some(d0), Some(c0), Some(r0), w0, s0),
+                    (Some(d1), Some(c1), Some(r1), w1, s1),
+                ) = (before, after)
                 {
                     let n = (d1 - d0).max(1.0);
                     let (trips, cpu) = ((c1 - c0) / n, (r1 - r0) / n);
                     let vs_local = local_rps.map(|l| row.max.rps() / l);
+                    // Scripts per write: how many decisions' scripts each coalesced write carried.
+                    let per_write = match (w0, w1, s0, s1) {
+                        (Some(w0), Some(w1), Some(s0), Some(s1)) if w1 > w0 => {
+                            Some((s1 - s0) / (w1 - w0))
+                        }
+                        _ => None,
+                    };
                     eprintln!(
                         "  {:<28} per decision: {trips:.2} blocking round trips, Redis CPU {cpu:.1} µs; \
-                         Redis/local throughput {}",
+                         Redis/local throughput {}{}",
                         "",
-                        vs_local.map_or("?".into(), |v| format!("{:.1}%", v * 100.0))
+                        vs_local.map_or("?".into(), |v| format!("{:.1}%", v * 100.0)),
+                        per_write.map_or(String::new(), |p| format!(
+                            "; {p:.1} decisions' scripts per write"
+                        ))
                     );
                     // Where Redis's CPU went: each command's own time (`INFO commandstats`);
                     // the rest is the event loop's reading, writing and waking up.
@@ -555,6 +593,8 @@ fn main() -> std::process::ExitCode {
                             "us_each": (u * 10.0).round() / 10.0,
                         })).collect::<Vec<_>>(),
                         "vs_local": vs_local.map(|v| (v * 1000.0).round() / 1000.0),
+                        "coalesce": coalescing,
+                        "scripts_per_write": per_write.map(|p| (p * 10.0).round() / 10.0),
                     });
                 }
                 rows.push(row);

@@ -35,6 +35,7 @@ fn settings(url: &str, prefix: &str) -> rampart::redis_state::RedisSettings {
         connections: 2,
         replica_acks: 0,
         replica_ack_timeout: std::time::Duration::from_millis(50),
+        coalesce: true,
     }
 }
 
@@ -213,13 +214,69 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    // `BENCH_ONLY=acks`: section 3 alone.
-    let only_acks = std::env::var("BENCH_ONLY").is_ok_and(|v| v == "acks");
+    // `BENCH_ONLY=acks` or `BENCH_ONLY=coalesce`: that section alone.
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let dir = temp_dir("bench-redis");
-    if !only_acks {
+    if only.is_empty() {
         memory_and_throughput(&dir);
     }
-    replica_acks_cost(&dir);
+    if only.is_empty() || only == "acks" {
+        replica_acks_cost(&dir);
+    }
+    if only.is_empty() || only == "coalesce" {
+        coalescing_cost(&dir);
+    }
+}
+
+/// Redis's CPU time so far (user + system, µs), from `INFO cpu`.
+fn redis_cpu_us(redis: &RedisServer) -> f64 {
+    redis
+        .cli(&["INFO", "cpu"])
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.trim().split_once(':')?;
+            matches!(k, "used_cpu_sys" | "used_cpu_user").then(|| v.parse::<f64>().ok())?
+        })
+        .sum::<f64>()
+        * 1e6
+}
+
+fn coalescing_cost(dir: &std::path::Path) {
+    // 4. What sharing writes between concurrent decisions (`[state] redis_coalesce`) saves Redis:
+    //    the same decisions from the same threads, with and without, alternating.
+    let threads = env("BENCH_THREADS", 16);
+    println!(
+        "\nconcurrent decisions' scripts in shared writes (state.redis_coalesce), default rules, \
+         {threads} threads, alternating:"
+    );
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let seconds = env("BENCH_SECONDS", 3) as f64;
+    for round in 1..=3 {
+        let mut out = [(0.0, 0.0); 2];
+        for on in [false, true] {
+            let rt = runtime(
+                dir,
+                &format!(
+                    "backend = \"redis\"\nredis_url = \"{url}\"\nredis_coalesce = {on}\n\
+                     redis_prefix = \"co{on}r{round}\""
+                ),
+            );
+            let before = redis_cpu_us(&redis);
+            let rps = decisions_per_second_on(&rt, &format!("co{on}r{round}"), threads);
+            let cpu = (redis_cpu_us(&redis) - before) / (rps * seconds).max(1.0);
+            out[on as usize] = (rps, cpu);
+        }
+        println!(
+            "    round {round}: decisions/s {:.0} → {:.0} ({:.2}×); Redis CPU per decision {:.1} → \
+             {:.1} µs",
+            out[0].0,
+            out[1].0,
+            out[1].0 / out[0].0.max(1.0),
+            out[0].1,
+            out[1].1
+        );
+    }
 }
 
 fn memory_and_throughput(dir: &std::path::Path) {

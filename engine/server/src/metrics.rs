@@ -306,6 +306,17 @@ impl Metrics {
             redis.reputation_reads_copied.clone(),
         );
         registry.register(
+            "redis_coalesced_writes",
+            "Writes to Redis carrying the anti-replay scripts of concurrent decisions together \
+             (state.redis_coalesce)",
+            redis.coalesced_writes.clone(),
+        );
+        registry.register(
+            "redis_coalesced_commands",
+            "Scripts sent in those writes (divided by the writes: scripts per write)",
+            redis.coalesced_commands.clone(),
+        );
+        registry.register(
             "redis_replica_ack_shortfalls",
             "Anti-replay writes that fewer than state.replica_acks replicas acknowledged within \
              state.replica_ack_timeout_ms (the step's on_error policy answered)",

@@ -461,7 +461,18 @@ fn rate_limits_ride_the_anti_replay_script(
     );
 }
 
-/// A counter of the engine's `/metrics`.
+/// A series of the engine's `/metrics` (0 when absent).
+fn metric(e: &Engine, name: &str) -> f64 {
+    let mut r = support::agent()
+        .get(&format!("{}/metrics", e.base))
+        .call()
+        .expect("GET /metrics");
+    let body = r.body_mut().read_to_string().expect("metrics text");
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// Every command Redis runs while `f` runs, as `redis-cli MONITOR` prints them (those a script
 /// runs included, marked `lua`).
 fn monitored(redis: &RedisServer, f: impl FnOnce()) -> Vec<String> {
@@ -747,6 +758,7 @@ fn node_settings(url: &str) -> RedisSettings {
         connections: 1,
         replica_acks: 0,
         replica_ack_timeout: Duration::from_millis(50),
+        coalesce: true,
     }
 }
 
@@ -844,11 +856,16 @@ fn single_node_three_instances_act_as_one() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("another layout"), "{err}");
 
+    // Exact mode, with concurrent decisions' scripts sharing writes (`redis_coalesce`; the bloom
+    // fleet above writes each on its own): the same answers, the same single command.
     let exact = fleet(
         &dir,
         2,
         "exact",
-        &format!("redis_url = \"{url}\"\nnonce_mode = \"exact\"\nredis_prefix = \"rx\"\n"),
+        &format!(
+            "redis_url = \"{url}\"\nnonce_mode = \"exact\"\nredis_prefix = \"rx\"\n\
+             redis_coalesce = true\n"
+        ),
     );
     replay_on_another_instance(&exact, "se");
     anti_replay_core_in_one_script(&redis, &exact[0], "se-one");
@@ -859,6 +876,16 @@ fn single_node_three_instances_act_as_one() {
     rate_limits_ride_the_anti_replay_script(&redis, &exact[0], "se-ride", "rx");
     exactly_one_of_concurrent_identical_requests_passes(&exact, "se");
     no_gap_at_the_window_edges(&exact, "se");
+    let scripts = metric(&exact[0], "rampart_redis_coalesced_commands_total");
+    let writes = metric(&exact[0], "rampart_redis_coalesced_writes_total");
+    assert!(
+        scripts >= 30.0 && writes >= 1.0 && writes <= scripts,
+        "{writes} writes, {scripts} scripts"
+    );
+    // A script Redis forgot is loaded again by the decision that leads the write, and the
+    // commands it carried are sent again (they did not run).
+    assert_eq!(redis.cli(&["SCRIPT", "FLUSH"]), "OK");
+    replay_on_another_instance(&exact, "se-flushed");
 }
 
 #[test]

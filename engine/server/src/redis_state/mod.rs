@@ -35,6 +35,7 @@
 //! meet the dead node fail. What a failure means for a decision is the store's declared
 //! policy (`[state] on_store_error` and the per-store `*_on_error` keys), applied by the core.
 
+mod combine;
 mod mirror;
 mod scripts;
 mod stores;
@@ -49,7 +50,7 @@ use arc_swap::ArcSwapOption;
 use prometheus_client::metrics::counter::Counter;
 use rampart_core::store::StoreError;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Script, Value};
 
 pub use stores::{
     BloomLayout, NonceMode, RedisDistinct, RedisFingerprints, RedisLimiter, RedisNonces,
@@ -74,6 +75,9 @@ pub struct RedisSettings {
     pub replica_acks: u32,
     /// How long an anti-replay write waits for those acknowledgements.
     pub replica_ack_timeout: Duration,
+    /// Concurrent decisions' anti-replay scripts share writes (one node, no `replica_acks`):
+    /// see `combine.rs`.
+    pub coalesce: bool,
 }
 
 /// A multiplexed connection to one node or to a cluster, handed to each call (cheap to clone:
@@ -250,6 +254,9 @@ pub struct RedisCounters {
     pub reputation_reads_copied: Counter,
     /// Anti-replay writes that fewer than `replica_acks` replicas acknowledged in time.
     pub ack_shortfalls: Counter,
+    /// Writes of coalesced commands (see `combine.rs`), and the commands they carried.
+    pub coalesced_writes: Counter,
+    pub coalesced_commands: Counter,
 }
 
 /// Consecutive failures and the cool-down they trigger (shared with detached writes).
@@ -342,6 +349,9 @@ pub struct Redis {
     health: Arc<Health>,
     replica_acks: u32,
     replica_ack_timeout_ms: u64,
+    /// Where concurrent decisions' anti-replay scripts queue to share a write (`None`: each
+    /// call writes on its own).
+    combiner: Option<combine::Combiner>,
 }
 
 impl Drop for Redis {
@@ -366,7 +376,16 @@ fn unavailable(msg: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("redis: {msg}"))
 }
 
+/// `EVALSHA <script's hash> <number of keys> <keys…>`: add the arguments, then send it with
+/// [`Redis::call_script`].
+pub(crate) fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    cmd
+}
+
 /// How a call failed, for [`Redis::call`] to decide whether to run it again.
+#[derive(Debug, Clone)]
 enum Failed {
     /// The server refused the command without running it.
     NotRun(StoreError),
@@ -448,6 +467,8 @@ impl Redis {
             prefix: s.prefix.clone(),
             replica_acks: s.replica_acks,
             replica_ack_timeout_ms: s.replica_ack_timeout.as_millis().max(1) as u64,
+            combiner: (s.coalesce && s.cluster_nodes.is_empty() && s.replica_acks == 0)
+                .then(combine::Combiner::default),
             health: Arc::new(Health {
                 counters,
                 ..Default::default()
@@ -683,6 +704,136 @@ impl Redis {
                 self.attempt(&f).map_err(Failed::into_error)
             }
             Err(e) => Err(e.into_error()),
+        }
+    }
+
+    /// Whether [`call_script`](Self::call_script) shares writes between concurrent decisions
+    /// (one node, `[state] redis_coalesce`, no `replica_acks`).
+    pub fn coalesces(&self) -> bool {
+        self.combiner.is_some()
+    }
+
+    /// An idempotent script call (as [`call_idempotent`](Self::call_idempotent): run again once
+    /// after no answer or a "not run" refusal) whose write is shared with the calls other
+    /// decisions make at the same moment (see `combine.rs`). `cmd` is the `EVALSHA` of `script`
+    /// (see [`evalsha`]). Without a combiner, the call writes on its own.
+    pub fn call_script(&self, script: &'static Script, cmd: &Cmd) -> Result<Value, StoreError> {
+        let Some(combiner) = &self.combiner else {
+            return self.call_idempotent(|c| match cmd.query::<Value>(c) {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    script.prepare_invoke().load(c)?;
+                    cmd.query(c)
+                }
+                r => r,
+            });
+        };
+        let packed = cmd.get_packed_command();
+        let once = || {
+            self.health.counters.calls.inc();
+            combiner.run(script, packed.clone(), |b| self.send_batch(b))
+        };
+        match once() {
+            Ok(v) => Ok(v),
+            Err(Failed::NotRun(_)) => once().map_err(Failed::into_error),
+            Err(Failed::NoAnswer(_)) => {
+                self.health.counters.resent.inc();
+                once().map_err(Failed::into_error)
+            }
+            Err(e) => Err(e.into_error()),
+        }
+    }
+
+    /// Writes a batch of coalesced commands in one write on this thread's connection and reads
+    /// their answers; a script Redis does not know (after a restart or a `SCRIPT FLUSH`) is
+    /// loaded and its commands sent again (they did not run).
+    fn send_batch(&self, batch: &[Arc<combine::Waiter>]) -> Vec<Result<Value, Failed>> {
+        let all = |f: Failed| batch.iter().map(|_| Err(f.clone())).collect();
+        let (mut conn, born) = match self.take_sync() {
+            Ok(c) => c,
+            Err(e) => return all(Failed::Other(e)),
+        };
+        self.health.counters.coalesced_writes.inc();
+        self.health
+            .counters
+            .coalesced_commands
+            .inc_by(batch.len() as u64);
+        let mut buf = Vec::with_capacity(batch.iter().map(|w| w.packed.len()).sum());
+        for w in batch {
+            buf.extend_from_slice(&w.packed);
+        }
+        let sent = redis::ConnectionLike::req_packed_commands(&mut conn, &buf, 0, batch.len())
+            .and_then(|mut answers| {
+                let unknown: Vec<usize> = (0..answers.len())
+                    .filter(|&i| matches!(&answers[i], Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript)))
+                    .collect();
+                if !unknown.is_empty() {
+                    let mut loaded: Vec<&str> = Vec::new();
+                    let mut again = Vec::new();
+                    for &i in &unknown {
+                        let s = batch[i].script;
+                        if !loaded.contains(&s.get_hash()) {
+                            s.prepare_invoke().load(&mut conn)?;
+                            loaded.push(s.get_hash());
+                        }
+                        again.extend_from_slice(&batch[i].packed);
+                    }
+                    let retried = redis::ConnectionLike::req_packed_commands(
+                        &mut conn,
+                        &again,
+                        0,
+                        unknown.len(),
+                    )?;
+                    for (i, v) in unknown.into_iter().zip(retried) {
+                        answers[i] = v;
+                    }
+                }
+                Ok(answers)
+            });
+        match sent {
+            Ok(answers) if answers.len() == batch.len() => {
+                self.health.succeeded(mono_ms());
+                self.put_sync(conn, born);
+                answers
+                    .into_iter()
+                    .map(|v| match v {
+                        Value::ServerError(e) => {
+                            let e = redis::RedisError::from(e);
+                            self.health.counters.errors.inc();
+                            Err(if not_run(&e) {
+                                Failed::NotRun(unavailable(e))
+                            } else {
+                                Failed::Other(unavailable(e))
+                            })
+                        }
+                        v => Ok(v),
+                    })
+                    .collect()
+            }
+            Ok(_) => {
+                // Out of step with the server: drop the connection.
+                self.health.counters.errors.inc();
+                all(Failed::NoAnswer(unavailable(
+                    "answers missing from a pipelined write",
+                )))
+            }
+            Err(e) if e.is_timeout() => {
+                self.health.timed_out();
+                all(Failed::NoAnswer(unavailable(format!(
+                    "no answer within {} ms",
+                    self.timeout.as_millis()
+                ))))
+            }
+            Err(e) => {
+                self.health.record::<()>(&Err(e.clone()));
+                if is_connection_error(&e) || !redis::ConnectionLike::is_open(&conn) {
+                    all(Failed::NoAnswer(unavailable(e)))
+                } else {
+                    self.put_sync(conn, born);
+                    all(Failed::Other(unavailable(e)))
+                }
+            }
         }
     }
 
