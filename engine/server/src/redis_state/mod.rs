@@ -384,6 +384,22 @@ pub(crate) fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
     cmd
 }
 
+/// Sends `cmd` (an `EVALSHA` of `script`, see [`evalsha`]) and reads its answer; loads the script
+/// and sends it again when Redis does not know it (after a restart or a `SCRIPT FLUSH`).
+pub(crate) fn query_script(
+    script: &Script,
+    cmd: &Cmd,
+    c: &mut dyn redis::ConnectionLike,
+) -> RedisResult<Value> {
+    match cmd.query::<Value>(c) {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load(c)?;
+            cmd.query(c)
+        }
+        r => r,
+    }
+}
+
 /// How a call failed, for [`Redis::call`] to decide whether to run it again.
 #[derive(Debug, Clone)]
 enum Failed {
@@ -719,15 +735,7 @@ impl Redis {
     /// (see [`evalsha`]). Without a combiner, the call writes on its own.
     pub fn call_script(&self, script: &'static Script, cmd: &Cmd) -> Result<Value, StoreError> {
         let Some(combiner) = &self.combiner else {
-            return self.call_idempotent(|c| match cmd.query::<Value>(c) {
-                Err(e)
-                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                {
-                    script.prepare_invoke().load(c)?;
-                    cmd.query(c)
-                }
-                r => r,
-            });
+            return self.call_idempotent(|c| query_script(script, cmd, c));
         };
         let packed = cmd.get_packed_command();
         let once = || {

@@ -553,55 +553,36 @@ impl NonceStore for RedisNonces {
                 probe.offsets,
             )
         };
+        let fp_key = fp.as_ref().map_or(key.as_str(), |(k, _)| k.as_str());
+        let mut keys = vec![key.as_str(), token_key.as_str(), fp_key];
+        keys.extend(limit_keys.iter().map(String::as_str));
+        let script = &scripts::ANTI_REPLAY_LIMITS;
+        let mut cmd = super::evalsha(script, &keys);
+        cmd.arg(mode)
+            .arg(&token[..])
+            .arg(ttl)
+            .arg(bytes)
+            .arg(self.token_ttl_ms)
+            .arg(fp.as_ref().map_or(0, |(_, ttl)| *ttl))
+            .arg(now_ms)
+            .arg(limits.len());
+        for (kind, a, b) in &limit_args {
+            cmd.arg(*kind).arg(a).arg(b);
+        }
+        for o in &offsets {
+            cmd.arg("SET").arg("u1").arg(*o).arg(1);
+        }
         let answer: Result<Vec<i64>, StoreError> = if self.redis.coalesces() {
             // Shared with other decisions' scripts in one write (`combine.rs`).
-            let fp_key = fp.as_ref().map_or(key.as_str(), |(k, _)| k.as_str());
-            let mut keys = vec![key.as_str(), token_key.as_str(), fp_key];
-            keys.extend(limit_keys.iter().map(String::as_str));
-            let mut cmd = super::evalsha(&scripts::ANTI_REPLAY_LIMITS, &keys);
-            cmd.arg(mode)
-                .arg(&token[..])
-                .arg(ttl)
-                .arg(bytes)
-                .arg(self.token_ttl_ms)
-                .arg(fp.as_ref().map_or(0, |(_, ttl)| *ttl))
-                .arg(now_ms)
-                .arg(limits.len());
-            for (kind, a, b) in &limit_args {
-                cmd.arg(*kind).arg(a).arg(b);
-            }
-            for o in &offsets {
-                cmd.arg("SET").arg("u1").arg(*o).arg(1);
-            }
-            self.redis
-                .call_script(&scripts::ANTI_REPLAY_LIMITS, &cmd)
-                .and_then(|v| {
-                    redis::from_redis_value(v)
-                        .map_err(|e| StoreError::Unavailable(format!("redis: {e}")))
-                })
+            self.redis.call_script(script, &cmd).and_then(|v| {
+                redis::from_redis_value(v)
+                    .map_err(|e| StoreError::Unavailable(format!("redis: {e}")))
+            })
         } else {
             self.redis.call_durable(&key, |c| {
-                let mut inv = scripts::ANTI_REPLAY_LIMITS.key(&key);
-                inv.key(&token_key)
-                    .key(fp.as_ref().map_or(&key, |(k, _)| k));
-                for k in &limit_keys {
-                    inv.key(k);
-                }
-                inv.arg(mode)
-                    .arg(&token[..])
-                    .arg(ttl)
-                    .arg(bytes)
-                    .arg(self.token_ttl_ms)
-                    .arg(fp.as_ref().map_or(0, |(_, ttl)| *ttl))
-                    .arg(now_ms)
-                    .arg(limits.len());
-                for (kind, a, b) in &limit_args {
-                    inv.arg(*kind).arg(a).arg(b);
-                }
-                for o in &offsets {
-                    inv.arg("SET").arg("u1").arg(*o).arg(1);
-                }
-                inv.invoke(c)
+                Ok(redis::from_redis_value(super::query_script(
+                    script, &cmd, c,
+                )?)?)
             })
         };
         let asked = fp.is_some();
