@@ -277,7 +277,12 @@ fn prefilters(c: &mut Compiled) {
                     }
                 }
             }
+            // A DFA: one table lookup per byte in the overlapping search that runs per value and
+            // group (measured on the CRS at PL2 over benign shop requests: 0.88× the time of
+            // the contiguous NFA the builder picks by itself, for about 18 MB more across the
+            // CRS's groups and 0.13 s more to load).
             let Ok(ac) = aho_corasick::AhoCorasickBuilder::new()
+                .kind(Some(aho_corasick::AhoCorasickKind::DFA))
                 .ascii_case_insensitive(true)
                 .match_kind(aho_corasick::MatchKind::Standard)
                 .build(&lits)
