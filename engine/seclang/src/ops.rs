@@ -549,7 +549,7 @@ pub fn sqli(v: &[u8]) -> (bool, Option<Vec<u8>>) {
     if one_word(v) || (!v.is_empty() && v.iter().all(u8::is_ascii_digit)) {
         return (false, None);
     }
-    memo(&SQLI_MEMO, v, |v| {
+    memo([&SQLI_MEMO, &SQLI_SHORT], v, |v| {
         let d = libinjectionrs::detect_sqli(v);
         (
             d.is_injection(),
@@ -562,7 +562,7 @@ pub fn sqli(v: &[u8]) -> (bool, Option<Vec<u8>>) {
 
 /// libinjection's XSS verdict (memoised like SQLi).
 pub fn xss(v: &[u8]) -> bool {
-    memo(&XSS_MEMO, v, |v| {
+    memo([&XSS_MEMO, &XSS_SHORT], v, |v| {
         (libinjectionrs::detect_xss(v).is_injection(), None)
     })
     .0
@@ -572,27 +572,33 @@ type Memo = std::cell::RefCell<Vec<(u64, Vec<u8>, bool, Option<Vec<u8>>)>>;
 
 /// Empties this thread's libinjection memo (benchmarks measure the cold cost with it).
 pub fn clear_memo() {
-    SQLI_MEMO.with(|t| t.borrow_mut().clear());
-    XSS_MEMO.with(|t| t.borrow_mut().clear());
+    for t in [&SQLI_MEMO, &XSS_MEMO, &SQLI_SHORT, &XSS_SHORT] {
+        t.with(|t| t.borrow_mut().clear());
+    }
 }
 
 thread_local! {
     static SQLI_MEMO: Memo = const { std::cell::RefCell::new(Vec::new()) };
     static XSS_MEMO: Memo = const { std::cell::RefCell::new(Vec::new()) };
+    static SQLI_SHORT: Memo = const { std::cell::RefCell::new(Vec::new()) };
+    static XSS_SHORT: Memo = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Verdicts on values of 24 to 512 bytes, per thread, 256 of them: the same user agents,
-/// referrers and cookies recur across requests, and the port's tokeniser costs 3-5 µs on a
-/// user agent. The value is compared whole, so a hash collision cannot change a verdict; an
-/// attacker filling the table only evicts (bounded memory, same answers).
+/// Verdicts on values of up to 512 bytes, per thread, 256 of 24 bytes and more and 256 shorter
+/// ones (two tables, so that short parameter values do not evict user agents): the same user
+/// agents, referrers, cookies and parameter values recur across requests, and the port's
+/// tokeniser costs 3-5 µs on a user agent and about one on a short search. The value is compared
+/// whole, so a hash collision cannot change a verdict; an attacker filling the table only evicts
+/// (bounded memory, same answers).
 fn memo(
-    table: &'static std::thread::LocalKey<Memo>,
+    [long, short]: [&'static std::thread::LocalKey<Memo>; 2],
     v: &[u8],
     f: impl FnOnce(&[u8]) -> (bool, Option<Vec<u8>>),
 ) -> (bool, Option<Vec<u8>>) {
-    if !(24..=512).contains(&v.len()) {
+    if v.is_empty() || v.len() > 512 {
         return f(v);
     }
+    let table = if v.len() >= 24 { long } else { short };
     let h = fnv(v);
     let slot = (h % 256) as usize;
     let hit = table.with(|t| {
