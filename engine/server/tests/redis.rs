@@ -461,18 +461,6 @@ fn rate_limits_ride_the_anti_replay_script(
     );
 }
 
-/// A series of the engine's `/metrics` (0 when absent).
-fn metric(e: &Engine, name: &str) -> f64 {
-    let mut r = support::agent()
-        .get(&format!("{}/metrics", e.base))
-        .call()
-        .expect("GET /metrics");
-    let body = r.body_mut().read_to_string().expect("metrics text");
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// Every command Redis runs while `f` runs, as `redis-cli MONITOR` prints them (those a script
 /// runs included, marked `lua`).
 fn monitored(redis: &RedisServer, f: impl FnOnce()) -> Vec<String> {
@@ -876,8 +864,8 @@ fn single_node_three_instances_act_as_one() {
     rate_limits_ride_the_anti_replay_script(&redis, &exact[0], "se-ride", "rx");
     exactly_one_of_concurrent_identical_requests_passes(&exact, "se");
     no_gap_at_the_window_edges(&exact, "se");
-    let scripts = metric(&exact[0], "rampart_redis_coalesced_commands_total");
-    let writes = metric(&exact[0], "rampart_redis_coalesced_writes_total");
+    let scripts = exact[0].metric("rampart_redis_coalesced_commands_total");
+    let writes = exact[0].metric("rampart_redis_coalesced_writes_total");
     assert!(
         scripts >= 30.0 && writes >= 1.0 && writes <= scripts,
         "{writes} writes, {scripts} scripts"

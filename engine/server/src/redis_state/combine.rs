@@ -107,9 +107,11 @@ impl Combiner {
                 let n = q.pending.len().min(MAX_BATCH);
                 q.pending.drain(..n).collect()
             };
-            let answers = send(&guard.batch);
+            let mut answers = send(&guard.batch).into_iter();
             let mut mine = None;
-            for (w, a) in std::mem::take(&mut guard.batch).into_iter().zip(answers) {
+            for w in std::mem::take(&mut guard.batch) {
+                // (An answer missing from `send` is an error, never a decision left asleep.)
+                let a = answers.next().unwrap_or_else(|| Err(failed()));
                 if Arc::ptr_eq(&w, &me) {
                     mine = Some(a);
                 } else {
@@ -130,6 +132,12 @@ impl Combiner {
     }
 }
 
+fn failed() -> Failed {
+    Failed::Other(rampart_core::store::StoreError::Unavailable(
+        "redis: the coalesced write failed".into(),
+    ))
+}
+
 /// While a decision leads: if it unwinds (a bug), every command it carried or that is queued
 /// gets an error and the lead is free again, so no decision sleeps forever.
 struct Lead<'a> {
@@ -139,11 +147,6 @@ struct Lead<'a> {
 
 impl Drop for Lead<'_> {
     fn drop(&mut self) {
-        let failed = || {
-            Failed::Other(rampart_core::store::StoreError::Unavailable(
-                "redis: the coalesced write failed".into(),
-            ))
-        };
         for w in self.batch.drain(..) {
             w.set(State::Done(Err(failed())));
         }

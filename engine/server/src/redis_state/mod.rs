@@ -400,6 +400,39 @@ pub(crate) fn query_script(
     }
 }
 
+/// A batch's answers with every `NOSCRIPT` replaced by the answer of its command sent again,
+/// once the scripts Redis forgot are loaded (those commands did not run).
+fn reload_unknown_scripts(
+    conn: &mut SyncConn,
+    batch: &[Arc<combine::Waiter>],
+    mut answers: Vec<Value>,
+) -> RedisResult<Vec<Value>> {
+    let unknown: Vec<usize> = (0..answers.len())
+        .filter(|&i| {
+            matches!(&answers[i], Value::ServerError(e)
+                if e.kind() == Some(redis::ServerErrorKind::NoScript))
+        })
+        .collect();
+    if unknown.is_empty() {
+        return Ok(answers);
+    }
+    let mut loaded: Vec<&str> = Vec::new();
+    let mut again = Vec::new();
+    for &i in &unknown {
+        let s = batch[i].script;
+        if !loaded.contains(&s.get_hash()) {
+            s.prepare_invoke().load(conn)?;
+            loaded.push(s.get_hash());
+        }
+        again.extend_from_slice(&batch[i].packed);
+    }
+    let retried = redis::ConnectionLike::req_packed_commands(conn, &again, 0, unknown.len())?;
+    for (i, v) in unknown.into_iter().zip(retried) {
+        answers[i] = v;
+    }
+    Ok(answers)
+}
+
 /// How a call failed, for [`Redis::call`] to decide whether to run it again.
 #[derive(Debug, Clone)]
 enum Failed {
@@ -712,40 +745,19 @@ impl Redis {
         f: impl Fn(&mut SyncConn) -> RedisResult<T>,
         idempotent: bool,
     ) -> Result<T, StoreError> {
-        match self.attempt(&f) {
-            Ok(v) => Ok(v),
-            Err(Failed::NotRun(_)) => self.attempt(&f).map_err(Failed::into_error),
-            Err(Failed::NoAnswer(_)) if idempotent => {
-                self.health.counters.resent.inc();
-                self.attempt(&f).map_err(Failed::into_error)
-            }
-            Err(e) => Err(e.into_error()),
-        }
+        self.retrying(|| self.attempt(&f), idempotent)
     }
 
-    /// Whether [`call_script`](Self::call_script) shares writes between concurrent decisions
-    /// (one node, `[state] redis_coalesce`, no `replica_acks`).
-    pub fn coalesces(&self) -> bool {
-        self.combiner.is_some()
-    }
-
-    /// An idempotent script call (as [`call_idempotent`](Self::call_idempotent): run again once
-    /// after no answer or a "not run" refusal) whose write is shared with the calls other
-    /// decisions make at the same moment (see `combine.rs`). `cmd` is the `EVALSHA` of `script`
-    /// (see [`evalsha`]). Without a combiner, the call writes on its own.
-    pub fn call_script(&self, script: &'static Script, cmd: &Cmd) -> Result<Value, StoreError> {
-        let Some(combiner) = &self.combiner else {
-            return self.call_idempotent(|c| query_script(script, cmd, c));
-        };
-        let packed = cmd.get_packed_command();
-        let once = || {
-            self.health.counters.calls.inc();
-            combiner.run(script, packed.clone(), |b| self.send_batch(b))
-        };
+    /// Runs `once` again after a "not run" refusal, and (when `idempotent`) after no answer.
+    fn retrying<T>(
+        &self,
+        once: impl Fn() -> Result<T, Failed>,
+        idempotent: bool,
+    ) -> Result<T, StoreError> {
         match once() {
             Ok(v) => Ok(v),
             Err(Failed::NotRun(_)) => once().map_err(Failed::into_error),
-            Err(Failed::NoAnswer(_)) => {
+            Err(Failed::NoAnswer(_)) if idempotent => {
                 self.health.counters.resent.inc();
                 once().map_err(Failed::into_error)
             }
@@ -753,14 +765,41 @@ impl Redis {
         }
     }
 
+    /// An anti-replay script call to `key` (as [`call_durable`](Self::call_durable)) whose write
+    /// is shared with the calls other decisions make at the same moment when this client
+    /// coalesces (`[state] redis_coalesce`; see `combine.rs`). `cmd` is the `EVALSHA` of
+    /// `script` (see [`evalsha`]).
+    pub fn call_script(
+        &self,
+        key: &str,
+        script: &'static Script,
+        cmd: &Cmd,
+    ) -> Result<Value, StoreError> {
+        let Some(combiner) = &self.combiner else {
+            return self.call_durable(key, |c| query_script(script, cmd, c));
+        };
+        let packed = cmd.get_packed_command();
+        self.retrying(
+            || {
+                self.health.counters.calls.inc();
+                combiner.run(script, packed.clone(), |b| self.send_batch(b))
+            },
+            true,
+        )
+    }
+
     /// Writes a batch of coalesced commands in one write on this thread's connection and reads
     /// their answers; a script Redis does not know (after a restart or a `SCRIPT FLUSH`) is
     /// loaded and its commands sent again (they did not run).
     fn send_batch(&self, batch: &[Arc<combine::Waiter>]) -> Vec<Result<Value, Failed>> {
-        let all = |f: Failed| batch.iter().map(|_| Err(f.clone())).collect();
         let (mut conn, born) = match self.take_sync() {
             Ok(c) => c,
-            Err(e) => return all(Failed::Other(e)),
+            Err(e) => {
+                return batch
+                    .iter()
+                    .map(|_| Err(Failed::Other(e.clone())))
+                    .collect()
+            }
         };
         self.health.counters.coalesced_writes.inc();
         self.health
@@ -772,76 +811,24 @@ impl Redis {
             buf.extend_from_slice(&w.packed);
         }
         let sent = redis::ConnectionLike::req_packed_commands(&mut conn, &buf, 0, batch.len())
-            .and_then(|mut answers| {
-                let unknown: Vec<usize> = (0..answers.len())
-                    .filter(|&i| matches!(&answers[i], Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript)))
-                    .collect();
-                if !unknown.is_empty() {
-                    let mut loaded: Vec<&str> = Vec::new();
-                    let mut again = Vec::new();
-                    for &i in &unknown {
-                        let s = batch[i].script;
-                        if !loaded.contains(&s.get_hash()) {
-                            s.prepare_invoke().load(&mut conn)?;
-                            loaded.push(s.get_hash());
-                        }
-                        again.extend_from_slice(&batch[i].packed);
+            .and_then(|answers| reload_unknown_scripts(&mut conn, batch, answers));
+        match self.finish(sent, conn, born) {
+            Ok(answers) => answers
+                .into_iter()
+                .map(|v| match v {
+                    Value::ServerError(e) => {
+                        let e = redis::RedisError::from(e);
+                        self.health.counters.errors.inc();
+                        Err(if not_run(&e) {
+                            Failed::NotRun(unavailable(e))
+                        } else {
+                            Failed::Other(unavailable(e))
+                        })
                     }
-                    let retried = redis::ConnectionLike::req_packed_commands(
-                        &mut conn,
-                        &again,
-                        0,
-                        unknown.len(),
-                    )?;
-                    for (i, v) in unknown.into_iter().zip(retried) {
-                        answers[i] = v;
-                    }
-                }
-                Ok(answers)
-            });
-        match sent {
-            Ok(answers) if answers.len() == batch.len() => {
-                self.health.succeeded(mono_ms());
-                self.put_sync(conn, born);
-                answers
-                    .into_iter()
-                    .map(|v| match v {
-                        Value::ServerError(e) => {
-                            let e = redis::RedisError::from(e);
-                            self.health.counters.errors.inc();
-                            Err(if not_run(&e) {
-                                Failed::NotRun(unavailable(e))
-                            } else {
-                                Failed::Other(unavailable(e))
-                            })
-                        }
-                        v => Ok(v),
-                    })
-                    .collect()
-            }
-            Ok(_) => {
-                // Out of step with the server: drop the connection.
-                self.health.counters.errors.inc();
-                all(Failed::NoAnswer(unavailable(
-                    "answers missing from a pipelined write",
-                )))
-            }
-            Err(e) if e.is_timeout() => {
-                self.health.timed_out();
-                all(Failed::NoAnswer(unavailable(format!(
-                    "no answer within {} ms",
-                    self.timeout.as_millis()
-                ))))
-            }
-            Err(e) => {
-                self.health.record::<()>(&Err(e.clone()));
-                if is_connection_error(&e) || !redis::ConnectionLike::is_open(&conn) {
-                    all(Failed::NoAnswer(unavailable(e)))
-                } else {
-                    self.put_sync(conn, born);
-                    all(Failed::Other(unavailable(e)))
-                }
-            }
+                    v => Ok(v),
+                })
+                .collect(),
+            Err(f) => batch.iter().map(|_| Err(f.clone())).collect(),
         }
     }
 
@@ -850,6 +837,12 @@ impl Redis {
         let (mut conn, born) = self.take_sync().map_err(Failed::Other)?;
         self.health.counters.calls.inc();
         let r = f(&mut conn);
+        self.finish(r, conn, born)
+    }
+
+    /// What a call's result says about it and its connection: the connection goes back to this
+    /// thread's list unless it failed or may be out of step.
+    fn finish<T>(&self, r: RedisResult<T>, conn: SyncConn, born: Instant) -> Result<T, Failed> {
         if !matches!(&r, Err(e) if e.is_timeout()) {
             self.health.record(&r);
         }

@@ -572,19 +572,11 @@ impl NonceStore for RedisNonces {
         for o in &offsets {
             cmd.arg("SET").arg("u1").arg(*o).arg(1);
         }
-        let answer: Result<Vec<i64>, StoreError> = if self.redis.coalesces() {
-            // Shared with other decisions' scripts in one write (`combine.rs`).
-            self.redis.call_script(script, &cmd).and_then(|v| {
-                redis::from_redis_value(v)
-                    .map_err(|e| StoreError::Unavailable(format!("redis: {e}")))
-            })
-        } else {
-            self.redis.call_durable(&key, |c| {
-                Ok(redis::from_redis_value(super::query_script(
-                    script, &cmd, c,
-                )?)?)
-            })
-        };
+        // In a write shared with other decisions' scripts when coalescing (`combine.rs`).
+        let answer: Result<Vec<i64>, StoreError> = self
+            .redis
+            .call_script(&key, script, &cmd)
+            .and_then(|v| redis::from_redis_value(v).map_err(super::unavailable));
         let asked = fp.is_some();
         Some(match answer {
             Ok(v) if v.first() == Some(&1) => ((Ok(NonceVerdict::Replay), None), Vec::new()),
