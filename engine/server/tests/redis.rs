@@ -1331,6 +1331,54 @@ fn a_paused_redis_parks_decisions_never_the_workers() {
     }
 }
 
+/// A replay whose nonce write reaches Redis only after the first sighting's record expired is
+/// never judged new: here the replay passes the window step almost a window after its timestamp,
+/// then Redis holds every command (`CLIENT PAUSE`) until well past the record's expiry. Before
+/// the engine compared the call's duration with the record's TTL, the script found no record and
+/// the replay was allowed (`OK`, seen on the exact store); now it is refused at the window step,
+/// as it would be had it arrived when Redis ran the script.
+#[test]
+fn a_replay_judged_after_its_record_expired_is_never_new() {
+    let redis = RedisServer::start();
+    let dir = temp_dir("redis-late");
+    let rules = rules(&dir);
+    for mode in ["exact", "bloom"] {
+        let name = format!("late-{mode}");
+        let e = Engine::start(
+            &dir,
+            &name,
+            &config(
+                &rules,
+                &format!(
+                    "redis_url = \"{}\"\nnonce_mode = \"{mode}\"\nredis_prefix = \"{name}\"\n\
+                     redis_timeout_ms = 4000\n",
+                    redis.url()
+                ),
+            ),
+        );
+        let c = call("/api/x", "{\"late\":1}", "u-late", fresh(&name));
+        let ts = c.ts_ms;
+        let body = c.json();
+        assert_eq!(code(&e.decide(&body).1), "OK");
+        while now_ms() < ts + WINDOW_MS - 300 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The record lives until ts + W + 1 (2 × W retention, no clock margin); Redis answers
+        // nothing before ts + W + 600.
+        assert_eq!(redis.cli(&["CLIENT", "PAUSE", "900", "ALL"]), "OK");
+        let asked = now_ms();
+        let (s, v) = e.decide(&body);
+        assert!(
+            asked - ts < WINDOW_MS - 100,
+            "the machine was too slow to ask inside the window"
+        );
+        assert_eq!((s, code(&v)), (200, "TIMESTAMP_SKEW"), "{mode}: {v}");
+        // And a fresh request after the pause is judged as ever.
+        let c = call("/api/x", "{\"after\":1}", "u-late", fresh(&name));
+        assert_eq!(code(&e.decide(&c.json()).1), "OK", "{mode}");
+    }
+}
+
 /// With Redis state a subject's reputation is one for the fleet: the refusals one instance made
 /// show on another, and a reset made on one is read by the other at once.
 #[test]

@@ -18,6 +18,7 @@
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::time::Instant;
 
 use rampart_core::replay::bloom::SlicedBloomConfig;
 use rampart_core::replay::fingerprint::FingerprintStore;
@@ -389,6 +390,25 @@ impl RedisNonces {
         expires - now_ms + self.margin_ms
     }
 
+    /// The verdict of a script that answered "new", sent `sent` ago with a nonce TTL of `ttl_ms`.
+    ///
+    /// The TTL was computed from the decision's clock reading, taken before the call; the call
+    /// then waited (a decision queue, a paused or slow Redis, a second send) and Redis ran the
+    /// script some time later. If that was after the moment a record of the same nonce written
+    /// earlier would have expired (the TTL less the margin that covers another instance's
+    /// clock), "new" may only mean the record was gone: a replay near the end of its window
+    /// would pass. So the answer stands only when the whole call took less than that; otherwise
+    /// the timestamp is judged out of range (`TIMESTAMP_SKEW`), as it would be had the request
+    /// arrived when Redis ran the script.
+    fn new_unless_late(&self, ttl_ms: i64, sent: Instant) -> NonceVerdict {
+        let took = i64::try_from(sent.elapsed().as_millis()).unwrap_or(i64::MAX);
+        if took < ttl_ms - self.margin_ms {
+            NonceVerdict::Fresh
+        } else {
+            NonceVerdict::OutOfRange
+        }
+    }
+
     /// Where a compact-mode nonce lives: its bitmap, the bitmap's TTL and size, the probe bits;
     /// `None` when its slice has expired (out of range).
     fn bloom_probe(
@@ -441,8 +461,9 @@ impl NonceStore for RedisNonces {
                 return Ok(NonceVerdict::OutOfRange);
             }
             let key = format!("{p}:n:{app}:{nonce}");
+            let sent = Instant::now();
             return Ok(if set_once(&self.redis, key, ttl)? {
-                NonceVerdict::Fresh
+                self.new_unless_late(ttl, sent)
             } else {
                 NonceVerdict::Replay
             });
@@ -452,6 +473,7 @@ impl NonceStore for RedisNonces {
         };
         let token = format!("{}:t:{}", probe.key, hex::encode(call_token()));
         let token_ttl = self.token_ttl_ms;
+        let sent = Instant::now();
         let seen: i64 = self.redis.call_durable(&probe.key, |c| {
             let mut inv = scripts::NONCE_BLOOM.key(&probe.key);
             inv.key(&token)
@@ -466,7 +488,7 @@ impl NonceStore for RedisNonces {
         Ok(if seen == 1 {
             NonceVerdict::Replay
         } else {
-            NonceVerdict::Fresh
+            self.new_unless_late(probe.ttl, sent)
         })
     }
 
@@ -573,6 +595,7 @@ impl NonceStore for RedisNonces {
             cmd.arg("SET").arg("u1").arg(*o).arg(1);
         }
         // In a write shared with other decisions' scripts when coalescing (`combine.rs`).
+        let sent = Instant::now();
         let answer: Result<Vec<i64>, StoreError> = self
             .redis
             .call_script(&key, script, &cmd)
@@ -580,6 +603,11 @@ impl NonceStore for RedisNonces {
         let asked = fp.is_some();
         Some(match answer {
             Ok(v) if v.first() == Some(&1) => ((Ok(NonceVerdict::Replay), None), Vec::new()),
+            // Judged too late to mean "new" (the limits it took are spent: the request is refused
+            // at the window step, as a late one would be).
+            Ok(_) if self.new_unless_late(ttl, sent) == NonceVerdict::OutOfRange => {
+                ((Ok(NonceVerdict::OutOfRange), None), Vec::new())
+            }
             Ok(v) => {
                 let seen = v.get(1).copied().unwrap_or(-1);
                 let spent = v
