@@ -351,10 +351,13 @@ impl NonceStore for ExactNonceStore {
             .saturating_add(1);
         match self
             .set
-            .insert_if_absent(key.into_boxed_slice(), now_ms, expires)
+            .insert_unless_purged(key.into_boxed_slice(), now_ms, expires)
         {
-            Ok(true) => Ok(NonceVerdict::Fresh),
-            Ok(false) => Ok(NonceVerdict::Replay),
+            Ok(Some(true)) => Ok(NonceVerdict::Fresh),
+            Ok(Some(false)) => Ok(NonceVerdict::Replay),
+            // The clock reading predates a purge that may have dropped this nonce's record: by
+            // the store's own time the timestamp is past the window.
+            Ok(None) => Ok(NonceVerdict::OutOfRange),
             Err(full) => Err(StoreError::Full(full.to_string())),
         }
     }
@@ -391,6 +394,35 @@ mod tests {
         assert!(validate_nonce("n0nce 0123456789AB").is_err());
         assert!(validate_nonce("n0nce\n0123456789AB").is_err());
         assert!(validate_nonce("nönce-0123456789AB").is_err());
+    }
+
+    /// A check whose clock reading predates a purge that dropped the nonce's record (its thread
+    /// stalled between reading the clock and taking the shard's lock) is out of range, never a
+    /// first sighting. Before the store kept each shard's purge time, the replay below was
+    /// `Fresh`: at `now = ts + W` it still passes the window step.
+    #[test]
+    fn exact_store_never_takes_a_purged_record_for_a_first_sighting() {
+        let s = ExactNonceStore::new(2_000, 100);
+        let (ts, w) = (10_000, 1_000);
+        assert_eq!(
+            s.check_and_insert("a", "n", ts, w, ts),
+            Ok(NonceVerdict::Fresh)
+        );
+        // The record lives until ts + W + 1; another thread's purge runs a little later.
+        s.maintain(ts + w + 5);
+        assert_eq!(
+            s.check_and_insert("a", "n", ts, w, ts + w),
+            Ok(NonceVerdict::OutOfRange)
+        );
+        // A nonce whose record the purge could not have dropped is judged as ever.
+        assert_eq!(
+            s.check_and_insert("a", "m", ts + 10, w, ts + w),
+            Ok(NonceVerdict::Fresh)
+        );
+        assert_eq!(
+            s.check_and_insert("a", "m", ts + 10, w, ts + w),
+            Ok(NonceVerdict::Replay)
+        );
     }
 
     #[test]

@@ -22,7 +22,14 @@ const SHARDS: usize = 64;
 #[error("store is full ({0} live entries)")]
 pub struct Full(pub usize);
 
-type Shard<K> = Mutex<HashTable<(K, i64)>>;
+/// One shard: its entries and the latest `now_ms` it was purged at.
+struct ShardState<K> {
+    table: HashTable<(K, i64)>,
+    /// Entries expiring at or before this may have been dropped (`i64::MIN`: never purged).
+    purged_to: i64,
+}
+
+type Shard<K> = Mutex<ShardState<K>>;
 
 pub struct TtlSet<K> {
     /// (key, expiry in Unix ms) per shard.
@@ -36,7 +43,14 @@ pub struct TtlSet<K> {
 impl<K: Hash + Eq> TtlSet<K> {
     pub fn new(max_entries: usize) -> Self {
         TtlSet {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashTable::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(ShardState {
+                        table: HashTable::new(),
+                        purged_to: i64::MIN,
+                    })
+                })
+                .collect(),
             hasher: Default::default(),
             len: AtomicUsize::new(0),
             max_entries,
@@ -53,28 +67,53 @@ impl<K: Hash + Eq> TtlSet<K> {
     /// Inserts `key` with expiry `expires_at_ms` unless a live entry exists. Returns `Ok(true)` when
     /// inserted (first sighting), `Ok(false)` when a live entry was present.
     pub fn insert_if_absent(&self, key: K, now_ms: i64, expires_at_ms: i64) -> Result<bool, Full> {
+        Ok(self
+            .insert_unless_purged(key, now_ms, expires_at_ms)?
+            .unwrap_or(true))
+    }
+
+    /// [`insert_if_absent`](Self::insert_if_absent), except that it answers `Ok(None)` (and
+    /// inserts nothing) when `key` is absent but an entry for it with this expiry could already
+    /// have been purged: its shard was purged at a time at or past `expires_at_ms`. That happens
+    /// when the caller's clock reading is older than the purge (a thread stalled between reading
+    /// the clock and taking the shard's lock): "absent" then cannot tell a first sighting from a
+    /// record that expired and was dropped meanwhile. Decided under the shard's lock, as the
+    /// purge is, so it is exact.
+    pub fn insert_unless_purged(
+        &self,
+        key: K,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Result<Option<bool>, Full> {
         let (hash, shard) = self.shard(&key);
-        let mut table = shard.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, exp)) = table.find_mut(hash, |(k, _)| *k == key) {
+        let mut state = shard.lock().unwrap_or_else(|e| e.into_inner());
+        let purged_to = state.purged_to;
+        if let Some((_, exp)) = state.table.find_mut(hash, |(k, _)| *k == key) {
             if *exp > now_ms {
-                return Ok(false);
+                return Ok(Some(false));
             }
             *exp = expires_at_ms;
-            return Ok(true);
+            return Ok(Some(true));
+        }
+        if expires_at_ms <= purged_to {
+            return Ok(None);
         }
         let len = self.len.load(Ordering::Relaxed);
         if len >= self.max_entries {
             return Err(Full(len));
         }
-        table.insert_unique(hash, (key, expires_at_ms), |(k, _)| self.hasher.hash_one(k));
+        state
+            .table
+            .insert_unique(hash, (key, expires_at_ms), |(k, _)| self.hasher.hash_one(k));
         self.len.fetch_add(1, Ordering::Relaxed);
-        Ok(true)
+        Ok(Some(true))
     }
 
     pub fn contains(&self, key: &K, now_ms: i64) -> bool {
         let (hash, shard) = self.shard(key);
-        let table = shard.lock().unwrap_or_else(|e| e.into_inner());
-        table
+        let state = shard.lock().unwrap_or_else(|e| e.into_inner());
+        state
+            .table
             .find(hash, |(k, _)| k == key)
             .is_some_and(|(_, exp)| *exp > now_ms)
     }
@@ -84,10 +123,12 @@ impl<K: Hash + Eq> TtlSet<K> {
     pub fn purge(&self, now_ms: i64) {
         let due = self.last_purge.due(now_ms, self.shards.len());
         for i in shard_indices(due, self.shards.len()) {
-            let mut map = self.shards[i].lock().unwrap_or_else(|e| e.into_inner());
-            let before = map.len();
-            map.retain(|(_, exp)| *exp > now_ms);
-            self.len.fetch_sub(before - map.len(), Ordering::Relaxed);
+            let mut state = self.shards[i].lock().unwrap_or_else(|e| e.into_inner());
+            let before = state.table.len();
+            state.table.retain(|(_, exp)| *exp > now_ms);
+            state.purged_to = state.purged_to.max(now_ms);
+            self.len
+                .fetch_sub(before - state.table.len(), Ordering::Relaxed);
         }
     }
 
@@ -106,8 +147,8 @@ impl<K: Hash + Eq> TtlSet<K> {
     {
         let mut out = Vec::with_capacity(self.len());
         for shard in self.shards.iter() {
-            let t = shard.lock().unwrap_or_else(|e| e.into_inner());
-            out.extend(t.iter().filter(|(_, exp)| *exp > now_ms).cloned());
+            let state = shard.lock().unwrap_or_else(|e| e.into_inner());
+            out.extend(state.table.iter().filter(|(_, exp)| *exp > now_ms).cloned());
         }
         out
     }
