@@ -90,6 +90,23 @@ fn config(rules: &Path, state: &str) -> String {
     )
 }
 
+/// One engine on the Redis at `url`, in nonce mode `mode`, with its own prefix (`name`) and call
+/// timeout.
+fn engine_in_mode(
+    dir: &Path,
+    rules: &Path,
+    name: &str,
+    url: &str,
+    mode: &str,
+    timeout_ms: u64,
+) -> Engine {
+    let state = format!(
+        "redis_url = \"{url}\"\nnonce_mode = \"{mode}\"\nredis_prefix = \"{name}\"\n\
+         redis_timeout_ms = {timeout_ms}\n"
+    );
+    Engine::start(dir, name, &config(rules, &state))
+}
+
 fn call(path: &str, body: &str, user: &str, nonce: String) -> Call<'static> {
     Call {
         app: "shop",
@@ -1230,18 +1247,7 @@ fn a_nonce_write_whose_answer_came_late_is_not_judged_a_replay_of_itself() {
     let dir = temp_dir("redis-slow");
     let rules = rules(&dir);
     for (mode, tag) in [("exact", "slow-x"), ("bloom", "slow-b")] {
-        let e = Engine::start(
-            &dir,
-            tag,
-            &config(
-                &rules,
-                &format!(
-                    "redis_url = \"{}\"\nnonce_mode = \"{mode}\"\nredis_prefix = \"{tag}\"\n\
-                     redis_timeout_ms = 300\n",
-                    proxy.url()
-                ),
-            ),
-        );
+        let e = engine_in_mode(&dir, &rules, tag, &proxy.url(), mode, 300);
         let warm = call("/api/x", "{}", "u-slow", fresh(tag));
         assert_eq!(code(&e.decide(&warm.json()).1), "OK");
         for i in 0..3 {
@@ -1344,18 +1350,7 @@ fn a_replay_judged_after_its_record_expired_is_never_new() {
     let rules = rules(&dir);
     for mode in ["exact", "bloom"] {
         let name = format!("late-{mode}");
-        let e = Engine::start(
-            &dir,
-            &name,
-            &config(
-                &rules,
-                &format!(
-                    "redis_url = \"{}\"\nnonce_mode = \"{mode}\"\nredis_prefix = \"{name}\"\n\
-                     redis_timeout_ms = 4000\n",
-                    redis.url()
-                ),
-            ),
-        );
+        let e = engine_in_mode(&dir, &rules, &name, &redis.url(), mode, 4000);
         let c = call("/api/x", "{\"late\":1}", "u-late", fresh(&name));
         let ts = c.ts_ms;
         let body = c.json();
