@@ -1284,20 +1284,26 @@ fn a_nonce_write_whose_answer_came_late_is_not_judged_a_replay_of_itself() {
 
 /// A paused Redis parks decisions, not the HTTP workers: while 40 decisions wait on Redis
 /// (`CLIENT PAUSE`), `/healthz` and `/metrics` answer at once; when Redis resumes, every decision
-/// completes by its policy (here: all allowed, the pause being shorter than the call timeout).
+/// completes by its policy (here: all allowed, the pause being shorter than the call timeout and
+/// than the requests' 20 s window; a call that outlasts its request's window is refused, see
+/// `a_replay_judged_after_its_record_expired_is_never_new`).
 /// With `decision_threads = 0` (each decision on its worker, eight workers per core) the probe
 /// waited until Redis resumed.
 #[test]
 fn a_paused_redis_parks_decisions_never_the_workers() {
+    let long_app = format!("[[apps]]\nid = \"long\"\nsecret = \"{SECRET}\"\nwindow_ms = 20000\n");
     let redis = RedisServer::start();
     let dir = temp_dir("redis-paused");
     let rules = rules(&dir);
     let e = Engine::start(
         &dir,
         "paused",
-        &config(
-            &rules,
-            &format!("redis_url = \"{}\"\nredis_timeout_ms = 4000\n", redis.url()),
+        &format!(
+            "{long_app}{}",
+            config(
+                &rules,
+                &format!("redis_url = \"{}\"\nredis_timeout_ms = 4000\n", redis.url()),
+            )
         ),
     );
     let c = call("/api/x", "{\"warm\":1}", "u-paused", fresh("paused"));
@@ -1308,13 +1314,14 @@ fn a_paused_redis_parks_decisions_never_the_workers() {
     let waiting: Vec<_> = (0..40)
         .map(|i| {
             let (done, base) = (done.clone(), base.clone());
-            let body = call(
+            let mut c = call(
                 "/api/x",
                 &format!("{{\"p\":{i}}}"),
                 "u-paused",
                 fresh("paused"),
-            )
-            .json();
+            );
+            c.app = "long";
+            let body = c.json();
             std::thread::spawn(move || {
                 let (status, v) = support::post(&format!("{base}/v1/decide"), &body);
                 done.fetch_add(1, Ordering::SeqCst);
