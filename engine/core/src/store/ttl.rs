@@ -65,7 +65,9 @@ impl<K: Hash + Eq> TtlSet<K> {
     }
 
     /// Inserts `key` with expiry `expires_at_ms` unless a live entry exists. Returns `Ok(true)` when
-    /// inserted (first sighting), `Ok(false)` when a live entry was present.
+    /// inserted (first sighting), `Ok(false)` when a live entry was present. Also `Ok(true)`, with
+    /// nothing inserted, when the entry would already be past its shard's last purge (see
+    /// [`insert_unless_purged`](Self::insert_unless_purged)): a late fingerprint is new.
     pub fn insert_if_absent(&self, key: K, now_ms: i64, expires_at_ms: i64) -> Result<bool, Full> {
         Ok(self
             .insert_unless_purged(key, now_ms, expires_at_ms)?

@@ -393,13 +393,15 @@ impl RedisNonces {
     /// The verdict of a script that answered "new", sent `sent` ago with a nonce TTL of `ttl_ms`.
     ///
     /// The TTL was computed from the decision's clock reading, taken before the call; the call
-    /// then waited (a decision queue, a paused or slow Redis, a second send) and Redis ran the
-    /// script some time later. If that was after the moment a record of the same nonce written
+    /// then waited (a paused or slow Redis, a coalesced write in flight, a second send) and Redis
+    /// ran the script some time later. If that was after the moment a record of the same nonce written
     /// earlier would have expired (the TTL less the margin that covers another instance's
     /// clock), "new" may only mean the record was gone: a replay near the end of its window
     /// would pass. So the answer stands only when the whole call took less than that; otherwise
     /// the timestamp is judged out of range (`TIMESTAMP_SKEW`), as it would be had the request
-    /// arrived when Redis ran the script.
+    /// arrived when Redis ran the script. The duration is counted from the send: the steps
+    /// between the clock reading and the send run in process (microseconds), and a thread
+    /// stalled there is the one delay this does not see.
     fn new_unless_late(&self, ttl_ms: i64, sent: Instant) -> NonceVerdict {
         let took = i64::try_from(sent.elapsed().as_millis()).unwrap_or(i64::MAX);
         if took < ttl_ms - self.margin_ms {
