@@ -98,14 +98,30 @@ fn memory_per_nonce(redis: &RedisServer) -> (f64, f64) {
         let started = Instant::now();
         let replays = fill(&store, n, rate, t0, mode);
         let took = started.elapsed();
+        let with_tokens = redis.used_memory();
+        // The compact mode's token keys live 2 × the call timeout + 100 ms (`[state]
+        // redis_timeout_ms`): what they hold is the insert rate times that, whatever the
+        // window, so it is measured apart from the nonces' own memory (after they expired).
+        std::thread::sleep(Duration::from_millis(4_600));
         let after = redis.used_memory();
         per[i] = (after.saturating_sub(before)) as f64 / n as f64;
+        let tokens = with_tokens.saturating_sub(after) as f64;
         let mut line = format!(
             "  {mode:<5}  {:>8.2} bytes/nonce  ({:.1} MiB)  inserted at {:.0}/s",
             per[i],
             (after - before) as f64 / (1 << 20) as f64,
             n as f64 / took.as_secs_f64()
         );
+        if mode == "bloom" {
+            // Token keys alive when the fill ended: the last 4.1 s of inserts.
+            let alive = (n as f64 / took.as_secs_f64() * 4.1).min(n as f64);
+            line.push_str(&format!(
+                "; token keys {:.0} B each (at the default 200 ms timeout and this rate: \
+                 {:.1} B per live nonce)",
+                tokens / alive,
+                tokens / alive * rate as f64 * 0.5 / n as f64
+            ));
+        }
         assert_eq!(
             replays, 0,
             "a fresh nonce was judged a replay while filling"
@@ -214,9 +230,12 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    // `BENCH_ONLY=acks` or `BENCH_ONLY=coalesce`: that section alone.
+    // `BENCH_ONLY=memory`, `acks` or `coalesce`: that section alone.
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let dir = temp_dir("bench-redis");
+    if only == "memory" {
+        memory_per_nonce(&RedisServer::start());
+    }
     if only.is_empty() {
         memory_and_throughput(&dir);
     }

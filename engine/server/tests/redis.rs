@@ -835,7 +835,7 @@ fn single_node_three_instances_act_as_one() {
     let layout = |r: &RedisServer| r.cli(&["GET", "rampart:nb:layout:shop"]);
     let first = layout(&redis);
     assert!(
-        first.starts_with("v2 ") && first.contains(" seed="),
+        first.starts_with("v3 ") && first.contains(" seed="),
         "{first:?}"
     );
     assert_eq!(redis.cli(&["DEL", "rampart:nb:layout:shop"]), "1");
@@ -1252,8 +1252,8 @@ fn a_nonce_write_whose_answer_came_late_is_not_judged_a_replay_of_itself() {
         assert_eq!(code(&e.decide(&warm.json()).1), "OK");
         for i in 0..3 {
             // The nonce write: a `SET`/script on `<p>:n:shop:<nonce>` (exact), or the bitmap
-            // script with its `SET u1 <bit> 1` probes (compact).
-            proxy.arm(&[b":n:shop:", b"\r\nu1\r\n"], Duration::from_millis(600));
+            // script with its call's token key `<p>:nb:{…}:t:<token>` (compact).
+            proxy.arm(&[b":n:shop:", b"}:t:"], Duration::from_millis(600));
             let c = call("/api/x", &format!("{{\"slow\":{i}}}"), "u-slow", fresh(tag));
             let (s, v) = e.decide(&c.json());
             assert!(proxy.fired(), "the nonce write went through the proxy");

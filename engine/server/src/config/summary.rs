@@ -8,6 +8,12 @@ use rampart_core::replay::keys::Validity;
 use super::state::{Backend, NonceMode};
 use super::Validated;
 
+/// Redis memory of one exact nonce key, and of one compact-mode token key, as measured by
+/// `BENCH_ONLY=memory cargo bench -p rampart --bench redis_state` (Redis 7.0: 181 B per key at
+/// 200,000 exact keys; 261 B per token key at about 125,000).
+const EXACT_KEY_BYTES: f64 = 180.0;
+const TOKEN_KEY_BYTES: f64 = 260.0;
+
 /// A window wider than this draws a warning from `rampart check` and `rampart serve`.
 pub const WIDE_WINDOW_MS: i64 = 60_000;
 
@@ -203,8 +209,9 @@ impl Validated {
         let rps = |id: &str| v.filter_for(id).expected_rps;
         let total_rps: u64 = v.apps.iter().map(|a| rps(&a.id)).sum();
         let live = total_rps as f64 * v.retention_ms as f64 / 1000.0;
-        // A Redis key per nonce (SET NX PX): ~100+ bytes each with key, value, expiry and dict overhead.
-        let redis_bytes = live * 100.0;
+        // A Redis key per nonce (SET NX PX): key, value, expiry and dict overhead, ~180 B each
+        // (`BENCH_ONLY=memory cargo bench -p rampart --bench redis_state`: 181 B at 200,000 keys).
+        let redis_bytes = live * EXACT_KEY_BYTES;
         let mib = |b: f64| b / (1024.0 * 1024.0);
         let n = v.apps.len();
         let mut report = match st.nonce_mode {
@@ -221,7 +228,7 @@ impl Validated {
                      memory: {:.1} MiB\n  \
                      bits per entry: {:.2} at design load (k = {}), {:.2} per live nonce including slice overhead\n  \
                      expected false-positive rate: {:.2e} (target {:.0e})\n  \
-                     for comparison, one Redis key per nonce (SET NX PX, ~100 B): {:.0} keys ≈ {:.0} MiB",
+                     for comparison, one Redis key per nonce (SET NX PX, ~180 B): {:.0} keys ≈ {:.0} MiB",
                     v.retention_ms,
                     f.slice_ms,
                     f.slots(),
@@ -292,7 +299,7 @@ impl Validated {
                     mib(total as f64),
                     layouts.len(),
                     st.bloom_shards,
-                    mib(token_keys * 120.0),
+                    mib(token_keys * TOKEN_KEY_BYTES),
                 );
                 for (id, l) in &layouts {
                     s.push_str(&format!(
@@ -309,8 +316,8 @@ impl Validated {
             NonceMode::Exact => {
                 let live = total_rps as f64 * self.retention_ms as f64 / 1000.0;
                 format!(
-                    "\n  in Redis (exact mode): ~{:.0} MiB at {total_rps} requests/s (~110 B per live nonce)",
-                    mib(live * 110.0)
+                    "\n  in Redis (exact mode): ~{:.0} MiB at {total_rps} requests/s (~180 B per live nonce)",
+                    mib(live * EXACT_KEY_BYTES)
                 )
             }
         }

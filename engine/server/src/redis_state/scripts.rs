@@ -23,33 +23,69 @@ return 1
     )
 });
 
+/// The compact mode's probe, shared by [`NONCE_BLOOM`] and [`ANTI_REPLAY_LIMITS`]: a blocked Bloom
+/// filter (see `BloomLayout`), so all the probe bits of a nonce lie in one 128-byte block of its
+/// slice-shard bitmap, read with one `GETRANGE` and written back with one `SETRANGE`. The probes
+/// come as one binary argument, a (byte index in the block, bit value) pair per probe bit, and are
+/// tested and set with Lua arithmetic (no function call per probe). Arguments and calls into C are
+/// most of what a script costs Redis: the standard layout's 20 probes, as one `BITFIELD`, were 80
+/// arguments.
+///
+/// `bloom(bitmap, token key, bitmap TTL, bitmap size, token TTL, block offset, probes)` returns
+/// (seen, rerun). The token key is set first (`SET NX`): if it was already there, this is a
+/// second run of the same call (sent again after its first answer never came) and answers "new"
+/// again instead of meeting its own bits; a "seen" answer deletes it. A missing bitmap is
+/// created at its full size with its expiry, so it never grows by doubling and never outlives
+/// its slice. `@B` stands for the block's size in bytes.
+const BLOOM_LUA: &str = r#"
+local function bloom(key, tok, ttl, size, ttok, off, probes)
+  if not redis.call('SET', tok, 1, 'NX', 'PX', ttok) then return 0, true end
+  local blk = redis.call('GETRANGE', key, off, tonumber(off) + @B - 1)
+  if #blk == 0 then
+    redis.call('SET', key, string.rep('\0', tonumber(size)), 'PX', ttl)
+  end
+  local b = {string.byte(blk, 1, @B)}
+  for i = #b + 1, @B do b[i] = 0 end
+  local p = {string.byte(probes, 1, -1)}
+  local new = false
+  for j = 1, #p, 2 do
+    local i, m = p[j] + 1, p[j + 1]
+    local v = b[i]
+    if v % (m + m) < m then
+      b[i] = v + m
+      new = true
+    end
+  end
+  if not new then
+    redis.call('DEL', tok)
+    return 1, false
+  end
+  redis.call('SETRANGE', key, off, string.char(unpack(b)))
+  return 0, false
+end
+"#;
+
+fn bloom_lua() -> String {
+    BLOOM_LUA.replace("@B", &(super::stores::BLOCK_BITS / 8).to_string())
+}
+
 /// Compact nonce mode: one time slice of one shard of one app's Bloom filter is one string key.
 ///
 /// KEYS[1] the slice-shard bitmap; KEYS[2] this call's token key (same slot); ARGV[1] the
-/// bitmap's TTL (ms); ARGV[2] its size (bytes); ARGV[3] the token key's TTL (ms); ARGV[4..]
-/// `SET u1 <bit> 1` for each of the k probe bits. The bitmap is created at its full size with its
-/// expiry in the same step (so it never grows by doubling and never outlives its slice), then one
-/// `BITFIELD` sets every probe bit and returns their old values: all were set = seen before.
-/// A "new" answer leaves the token key behind for 2 × the call timeout + 100 ms, so a second run of the same
-/// call (sent again after no answer) answers "new" again instead of meeting its own bits.
+/// bitmap's TTL (ms); ARGV[2] its size (bytes); ARGV[3] the token key's TTL (ms); ARGV[4] the
+/// nonce's block (byte offset); ARGV[5] its probes (see [`BLOOM_LUA`]). A "new" answer leaves
+/// the token key behind for 2 × the call timeout + 100 ms.
 /// Returns 1 for "seen" (a replay), 0 for "new".
 pub static NONCE_BLOOM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-local key = KEYS[1]
-if redis.call('EXISTS', key) == 0 then
-  redis.call('SET', key, string.rep('\0', tonumber(ARGV[2])), 'PX', ARGV[1])
-end
-local old = redis.call('BITFIELD', key, unpack(ARGV, 4))
-for i = 1, #old do
-  if old[i] == 0 then
-    redis.call('SET', KEYS[2], 1, 'PX', ARGV[3])
-    return 0
-  end
-end
-return 1
+        &[
+            &bloom_lua(),
+            r#"
+local seen = bloom(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+return seen
 "#,
+        ]
+        .concat(),
     )
 });
 
@@ -69,7 +105,8 @@ return 1
 /// (exact) or the bitmap's (Bloom), ARGV[4] the bitmap's size, ARGV[5] the token key's TTL,
 /// ARGV[6] the fingerprint's TTL (0: none asked), ARGV[7] now (ms), ARGV[8] the number of planned
 /// calls n, then three arguments per call: `g`, T and τ (a limit, as [`GCRA`]), or `d`, the item
-/// and the current window's TTL (a distinct count, as [`DISTINCT`]); then the probe bits (Bloom).
+/// and the current window's TTL (a distinct count, as [`DISTINCT`]); then (Bloom) the nonce's
+/// block offset and its probes (see [`BLOOM_LUA`]).
 ///
 /// Returns {nonce seen (0|1), fingerprint seen (0|1, or -1 when not asked or not touched), then
 /// for each call made: allowed (1|0) and retry_after_ms (a limit), or 1 and the count (a
@@ -79,7 +116,9 @@ return 1
 /// own (a limit is spent twice only in that case, never a nonce judged twice).
 pub static ANTI_REPLAY_LIMITS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"
+        &[
+            &bloom_lua(),
+            r#"
 local token = ARGV[2]
 local n = tonumber(ARGV[8])
 local rerun = false
@@ -91,22 +130,8 @@ end
 local seen = 1
 if ARGV[1] == 'e' then
   seen = once(KEYS[1], ARGV[3])
-elseif redis.call('EXISTS', KEYS[2]) == 1 then
-  seen = 0
-  rerun = true
 else
-  local key = KEYS[1]
-  if redis.call('EXISTS', key) == 0 then
-    redis.call('SET', key, string.rep('\0', tonumber(ARGV[4])), 'PX', ARGV[3])
-  end
-  local old = redis.call('BITFIELD', key, unpack(ARGV, 9 + 3 * n))
-  for i = 1, #old do
-    if old[i] == 0 then
-      redis.call('SET', KEYS[2], 1, 'PX', ARGV[5])
-      seen = 0
-      break
-    end
-  end
+  seen, rerun = bloom(KEYS[1], KEYS[2], ARGV[3], ARGV[4], ARGV[5], ARGV[9 + 3 * n], ARGV[10 + 3 * n])
 end
 if seen == 1 then return {1, -1} end
 local fp = -1
@@ -149,6 +174,8 @@ for i = 1, n do
 end
 return out
 "#,
+        ]
+        .concat(),
     )
 });
 
