@@ -528,8 +528,18 @@ impl<'r> Tx<'r> {
                 };
                 let g = &self.rs.compiled.groups[pf.group as usize];
                 let mut b = 0u128;
-                for m in g.ac.find_overlapping_iter(aho_corasick::Input::new(&v[..])) {
-                    b |= g.pattern_bits[m.pattern().as_usize()];
+                if let Some(ac) = &g.ac {
+                    for m in ac.find_overlapping_iter(aho_corasick::Input::new(&v[..])) {
+                        b |= g.pattern_bits[m.pattern().as_usize()];
+                    }
+                }
+                if !g.bytes.is_empty() {
+                    let set = crate::compile::byte_set(&v);
+                    for &(c, bits) in &g.bytes {
+                        if crate::compile::has_byte(&set, c) {
+                            b |= bits;
+                        }
+                    }
                 }
                 self.pcache.insert(key, b);
                 b
@@ -597,6 +607,17 @@ impl<'r> Tx<'r> {
                 for m in ac.find_overlapping_iter(aho_corasick::Input::new(v)) {
                     for &(w, b) in &lit_bits[m.pattern().as_usize()] {
                         bits[w as usize] |= b;
+                    }
+                }
+            }
+            let singles = &self.rs.compiled.global_bytes;
+            if !singles.is_empty() {
+                let set = crate::compile::byte_set(v);
+                for (c, lit_bits) in singles {
+                    if crate::compile::has_byte(&set, *c) {
+                        for &(w, b) in lit_bits {
+                            bits[w as usize] |= b;
+                        }
                     }
                 }
             }

@@ -189,6 +189,29 @@ fn prefilters_see_through_decoding_transformations() {
     );
 }
 
+/// Literals of one byte are tested against the value's set of bytes, not in the automata: a
+/// rule that needs only one letter still runs on values that hold it in either case, raw (no
+/// transformation: the raw-value literals) or transformed (its chain's group: ARGS are decoded
+/// once by the parser, so the value must be encoded twice for `urlDecodeUni` to act).
+#[test]
+fn single_byte_literals_let_their_rules_run() {
+    for (chain, value, hit) in [
+        ("t:none", "xq1", true),
+        ("t:none", "x1", false),
+        ("t:none", "XQ1", false),
+        ("t:none,t:lowercase", "ZQ9", true),
+        ("t:none,t:urlDecodeUni", "%2571%2537", true),
+        ("t:none,t:urlDecodeUni", "%2572%2537", false),
+    ] {
+        let rs = set(&format!(
+            r#"SecRule ARGS "@rx q\d" "id:7,phase:2,deny,{chain},severity:'CRITICAL'""#
+        ));
+        let uri = format!("/?a={value}");
+        let got = rs.evaluate(&req("GET", &uri, &[], b"")).interrupted;
+        assert_eq!(got.is_some(), hit, "{chain} {value}");
+    }
+}
+
 #[test]
 fn load_errors_are_located() {
     let e = Ruleset::build(
