@@ -102,7 +102,8 @@ fn memory_per_nonce(redis: &RedisServer) -> (f64, f64) {
         // The compact mode's token keys live 2 × the call timeout + 100 ms (`[state]
         // redis_timeout_ms`): what they hold is the insert rate times that, whatever the
         // window, so it is measured apart from the nonces' own memory (after they expired).
-        std::thread::sleep(Duration::from_millis(4_600));
+        let token_ttl = 2 * settings(&redis.url(), mode).timeout + Duration::from_millis(100);
+        std::thread::sleep(token_ttl + Duration::from_millis(500));
         let after = redis.used_memory();
         per[i] = (after.saturating_sub(before)) as f64 / n as f64;
         let tokens = with_tokens.saturating_sub(after) as f64;
@@ -113,8 +114,8 @@ fn memory_per_nonce(redis: &RedisServer) -> (f64, f64) {
             n as f64 / took.as_secs_f64()
         );
         if mode == "bloom" {
-            // Token keys alive when the fill ended: the last 4.1 s of inserts.
-            let alive = (n as f64 / took.as_secs_f64() * 4.1).min(n as f64);
+            // Token keys alive when the fill ended: the last token TTL's inserts.
+            let alive = (n as f64 / took.as_secs_f64() * token_ttl.as_secs_f64()).min(n as f64);
             line.push_str(&format!(
                 "; token keys {:.0} B each (at the default 200 ms timeout and this rate: \
                  {:.1} B per live nonce)",
