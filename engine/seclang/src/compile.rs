@@ -236,6 +236,23 @@ pub fn has_byte(s: &[u64; 4], c: u8) -> bool {
     s[(c >> 6) as usize] & (1u64 << (c & 63)) != 0
 }
 
+/// Splits literals (with what each maps to) into the single-byte ones, lower-cased, tested
+/// against a value's [`byte_set`], and the longer ones, which go into an automaton.
+#[allow(clippy::type_complexity)]
+fn split_single_bytes<B>(lits: Vec<Vec<u8>>, bits: Vec<B>) -> (Vec<(u8, B)>, Vec<Vec<u8>>, Vec<B>) {
+    let (mut bytes, mut long, mut long_bits) = (Vec::new(), Vec::new(), Vec::new());
+    for (l, b) in lits.into_iter().zip(bits) {
+        match l[..] {
+            [c] => bytes.push((c.to_ascii_lowercase(), b)),
+            _ => {
+                long.push(l);
+                long_bits.push(b);
+            }
+        }
+    }
+    (bytes, long, long_bits)
+}
+
 /// Gives every non-negated `@rx` rule (chain members included) with required literals a bit in
 /// the group of its transformation chain.
 fn prefilters(c: &mut Compiled) {
@@ -306,17 +323,7 @@ fn prefilters(c: &mut Compiled) {
             // group (measured on the CRS at PL2 over benign shop requests: 0.88× the time of
             // the contiguous NFA the builder picks by itself, for about 18 MB more across the
             // CRS's groups and 0.13 s more to load).
-            let mut bytes: Vec<(u8, u128)> = Vec::new();
-            let (mut long, mut long_bits) = (Vec::new(), Vec::new());
-            for (l, b) in lits.into_iter().zip(bits) {
-                match l[..] {
-                    [c] => bytes.push((c.to_ascii_lowercase(), b)),
-                    _ => {
-                        long.push(l);
-                        long_bits.push(b);
-                    }
-                }
-            }
+            let (bytes, long, long_bits) = split_single_bytes(lits, bits);
             let ac = if long.is_empty() {
                 None
             } else {
@@ -386,17 +393,8 @@ fn prefilters(c: &mut Compiled) {
     });
     c.groups.append(&mut groups);
     c.global_words = next_global.div_ceil(64) as usize;
-    let (mut long, mut long_bits) = (Vec::new(), Vec::new());
-    for (l, b) in global_lits.into_iter().zip(global_bits) {
-        match l[..] {
-            [one] => c.global_bytes.push((one.to_ascii_lowercase(), b)),
-            _ => {
-                long.push(l);
-                long_bits.push(b);
-            }
-        }
-    }
-    let (global_lits, global_bits) = (long, long_bits);
+    let (bytes, global_lits, global_bits) = split_single_bytes(global_lits, global_bits);
+    c.global_bytes = bytes;
     c.global = aho_corasick::AhoCorasickBuilder::new()
         .kind(Some(aho_corasick::AhoCorasickKind::DFA))
         .ascii_case_insensitive(true)
