@@ -16,6 +16,10 @@
 //!   `hmac/verify` does, through the keyring), a client mid-roll (two entries, three active keys,
 //!   the match on the oldest: three HMACs), and the same naming its key in `x-key-id` (one HMAC).
 //!
+//! - `parse/from_slice`, `parse/from_str`: a `/v1/decide` body like the load test's (a signed
+//!   search with a browser's ten headers, 770 bytes) parsed into a `DecideRequest` from bytes,
+//!   and from text after one check of the whole body's UTF-8 (what the server does).
+//!
 //! Run: `cargo bench -p rampart-core --bench decision`.
 
 use std::hint::black_box;
@@ -268,6 +272,21 @@ fn bench(c: &mut Criterion) {
         b.iter(|| black_box(bare.decide(black_box(&forged), now).unwrap().code))
     });
 
+    let bodies: Vec<Vec<u8>> = (0..256u64).map(decide_body).collect();
+    let mut i = 0;
+    c.bench_function("parse/from_slice", |b| {
+        b.iter(|| {
+            i = (i + 1) % bodies.len();
+            black_box(serde_json::from_slice::<DecideRequest>(&bodies[i]).unwrap())
+        })
+    });
+    c.bench_function("parse/from_str", |b| {
+        b.iter(|| {
+            i = (i + 1) % bodies.len();
+            let text = std::str::from_utf8(&bodies[i]).unwrap();
+            black_box(serde_json::from_str::<DecideRequest>(text).unwrap())
+        })
+    });
     let e = engine();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -288,6 +307,20 @@ fn bench(c: &mut Criterion) {
             criterion::BatchSize::SmallInput,
         )
     });
+}
+
+/// A `/v1/decide` body shaped like `rampart-load`'s signed search (the signature is not checked
+/// by the parse).
+fn decide_body(n: u64) -> Vec<u8> {
+    format!(
+        r#"{{"app":"shop","request":{{"method":"GET","path":"/api/products","query":"q=running+shoes+{n}&category=women&page=2&sort=price_asc","body":"","headers":{{"x-timestamp":"1765000000000","x-nonce":"load0000abcd0001{n:012x}","x-signature":"v1=3f7a9c0e1b2d4f6a8c0e1b2d4f6a8c0e1b2d4f6a8c0e1b2d4f6a8c0e1b2d4f6a","content-type":"application/json","user-agent":"Mozilla/5.0 (Linux; Android 14) AppleWebKit/537.36 Chrome/120.0 Mobile Safari/537.36","accept":"application/json","accept-language":"de-DE,de;q=0.9,en;q=0.8","referer":"https://shop.example/c/{}?page={}","cookie":"sid={:016x}; cart=c-{n:x}; consent=1"}}}},"client":{{"ip":"10.1.2.{}","country":"DE","device_type":"mobile","device_id":"dev-{n}"}},"user_id":"u{}","params":{{"q":"running shoes {n}","category":"women","page":2}}}}"#,
+        n % 97,
+        n % 7,
+        n.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        1 + n % 250,
+        n % 20_000
+    )
+    .into_bytes()
 }
 
 criterion_group!(benches, bench);

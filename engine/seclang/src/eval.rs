@@ -943,48 +943,54 @@ impl<'r> Tx<'r> {
         }
     }
 
-    /// Expands `%{…}` macros.
-    fn expand<'p>(&self, p: &'p Param) -> Cow<'p, [u8]> {
-        if let [Part::Lit(l)] = p.parts.as_slice() {
-            return Cow::Borrowed(l);
+    /// Expands `%{…}` macros. A parameter that is one literal or one macro is borrowed, not
+    /// copied (`@within %{tx.restricted_headers}` is expanded for every value it is tested on).
+    fn expand<'a>(&'a self, p: &'a Param) -> Cow<'a, [u8]> {
+        match p.parts.as_slice() {
+            [Part::Lit(l)] => return Cow::Borrowed(l),
+            [Part::Macro(c, k)] => return self.macro_value(c, k.as_deref()).unwrap_or_default(),
+            _ => {}
         }
         let mut o = Vec::new();
         for part in &p.parts {
             match part {
                 Part::Lit(l) => o.extend_from_slice(l),
-                Part::Macro(c, k) => self.macro_value(c, k.as_deref(), &mut o),
+                Part::Macro(c, k) => {
+                    if let Some(v) = self.macro_value(c, k.as_deref()) {
+                        o.extend_from_slice(&v);
+                    }
+                }
             }
         }
         Cow::Owned(o)
     }
 
-    fn macro_value(&self, c: &str, k: Option<&str>, o: &mut Vec<u8>) {
-        let find = |pairs: &[(Vec<u8>, Vec<u8>)], k: &str| {
+    /// A macro's value (`None`: it names nothing, and expands to nothing).
+    fn macro_value(&self, c: &str, k: Option<&str>) -> Option<Cow<'_, [u8]>> {
+        fn find<'a>(pairs: &'a [(Vec<u8>, Vec<u8>)], k: &str) -> Option<&'a [u8]> {
             pairs
                 .iter()
                 .find(|(n, _)| n.eq_ignore_ascii_case(k.as_bytes()))
-                .map(|(_, v)| v.clone())
-        };
-        let v = match (c, k) {
-            ("tx", Some(k)) => self.tx.get(k.as_bytes()).map(<[u8]>::to_vec),
-            ("matched_var", None) => Some(self.matched_var.clone()),
-            ("matched_var_name", None) => Some(self.matched_var_name.clone()),
-            ("rule", Some("id")) => Some(self.rule_id.to_string().into_bytes()),
-            ("rule", Some("msg")) => Some(self.rule_msg.clone()),
-            ("request_headers", Some(k)) => find(&self.members[self.col(Col::Headers)], k),
+                .map(|(_, v)| v.as_slice())
+        }
+        let v: &[u8] = match (c, k) {
+            ("tx", Some(k)) => self.tx.get(k.as_bytes())?,
+            ("matched_var", None) => &self.matched_var,
+            ("matched_var_name", None) => &self.matched_var_name,
+            ("rule", Some("id")) => return Some(Cow::Owned(self.rule_id.to_string().into_bytes())),
+            ("rule", Some("msg")) => &self.rule_msg,
+            ("request_headers", Some(k)) => find(&self.members[self.col(Col::Headers)], k)?,
             ("args", Some(k)) => find(
                 &self.members[self.col(Col::ArgsGet).start..self.col(Col::ArgsPost).end],
                 k,
-            ),
-            ("request_cookies", Some(k)) => find(&self.members[self.col(Col::Cookies)], k),
+            )?,
+            ("request_cookies", Some(k)) => find(&self.members[self.col(Col::Cookies)], k)?,
             (name, None) => Var::by_name(name)
                 .filter(|v| v.is_single())
-                .map(|v| self.singles[v as usize].clone()),
-            _ => None,
+                .map(|v| self.singles[v as usize].as_slice())?,
+            _ => return None,
         };
-        if let Some(v) = v {
-            o.extend_from_slice(&v);
-        }
+        Some(Cow::Borrowed(v))
     }
 }
 

