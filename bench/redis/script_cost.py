@@ -10,6 +10,10 @@ connection per turn), and prints Redis's CPU per call (`INFO cpu`) and each comm
     taskset -c 0 redis-server --port 6399 --save '' --appendonly no --daemonize yes
     taskset -c 1 python3 bench/redis/script_cost.py --port 6399
 
+`--pipeline N` writes N calls at a time on each connection (what coalescing concurrent decisions
+would give Redis); `--no-limits` sends the anti-replay step alone (the nonce and the fingerprint,
+no planned limit), to see what the limits cost.
+
 `--layout bitfield` sends the probes as the standard layout's `BITFIELD SET u1 <bit> 1`
 arguments, for a scripts.rs of a revision before the blocked layout (`git show REV:path > f`).
 """
@@ -27,6 +31,8 @@ ap.add_argument("--layout", choices=["block", "bitfield"], default="block")
 ap.add_argument("--calls", type=int, default=30000)
 ap.add_argument("--connections", type=int, default=8)
 ap.add_argument("--block-bytes", type=int, default=128)
+ap.add_argument("--pipeline", type=int, default=1, help="calls per write on each connection")
+ap.add_argument("--no-limits", action="store_true", help="the nonce and fingerprint only")
 ap.add_argument("--k", type=int, default=18, help="probes per nonce (20 for the standard layout)")
 a = ap.parse_args()
 
@@ -82,6 +88,9 @@ def call():
             "d:{u%d}:1" % u, "d:{u%d}:0" % u]
     args = ["b", tok, 20000, SIZE, 500, 5000, int(time.time() * 1000), 3,
             "g", "1000", "5000", "g", "100", "2000", "d", "dev%d" % u, "60000"]
+    if a.no_limits:
+        keys = keys[:3]
+        args = args[:7] + [0]
     if a.layout == "bitfield":
         for _ in range(a.k):
             args += ["SET", "u1", random.randrange(SIZE * 8), 1]
@@ -103,15 +112,19 @@ files = [s.makefile("rb") for s in socks]
 calls = [call() for _ in range(a.calls)]
 cmd("CONFIG", "RESETSTAT")
 c0, t0 = cpu(), time.time()
-for i in range(0, a.calls, a.connections):
-    batch = calls[i:i + a.connections]
-    for s, c in zip(socks, batch):
-        s.sendall(c)
-    for f, _ in zip(files, batch):
-        reply(f)
+per_turn = a.connections * a.pipeline
+for i in range(0, a.calls, per_turn):
+    batch = calls[i:i + per_turn]
+    writes = [batch[j:j + a.pipeline] for j in range(0, len(batch), a.pipeline)]
+    for s, w in zip(socks, writes):
+        s.sendall(b"".join(w))
+    for f, w in zip(files, writes):
+        for _ in w:
+            reply(f)
 c1, t1 = cpu(), time.time()
-print("%s layout, %d calls from %d connections: Redis CPU %.1f µs per call, wall %.1f µs"
-      % (a.layout, a.calls, a.connections, (c1 - c0) / a.calls * 1e6, (t1 - t0) / a.calls * 1e6))
+print("%s layout%s, %d calls from %d connections, %d per write: Redis CPU %.1f µs per call, "
+      "wall %.1f µs" % (a.layout, ", no limits" if a.no_limits else "", a.calls, a.connections,
+                        a.pipeline, (c1 - c0) / a.calls * 1e6, (t1 - t0) / a.calls * 1e6))
 for line in cmd("INFO", "commandstats").decode().splitlines():
     m = re.match(r"cmdstat_(\w+):calls=(\d+),usec=\d+,usec_per_call=([\d.]+)", line)
     if m and m.group(1) not in ("info", "config", "flushall", "script"):
