@@ -895,12 +895,11 @@ impl<'r> Tx<'r> {
                     }
                 }
                 _ => {
+                    let take = |k: &[u8]| t.selector.takes(k);
                     let mut kv: Vec<(&[u8], &[u8])> = self
                         .tx
-                        .iter()
-                        .filter(|(k, _)| {
-                            t.selector.takes(k) && !(check && self.excluded(t, top, k, None))
-                        })
+                        .iter_taken(&take)
+                        .filter(|(k, _)| !(check && self.excluded(t, top, k, None)))
                         .collect();
                     kv.sort();
                     for (k, v) in kv {
@@ -1072,15 +1071,22 @@ impl TxVars<'_> {
         self.over.insert(k, None);
     }
 
-    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+    /// The variables whose names `take` accepts: the name is tested before a base variable is
+    /// looked up among the overrides (a `TX:/^header_name_/` walk rejects most names, and each
+    /// lookup hashes the name).
+    fn iter_taken<'s, F: Fn(&[u8]) -> bool>(
+        &'s self,
+        take: &'s F,
+    ) -> impl Iterator<Item = (&'s [u8], &'s [u8])> + 's {
         let over = self
             .over
             .iter()
+            .filter(|(k, _)| take(k))
             .filter_map(|(k, v)| v.as_deref().map(|v| (k.as_slice(), v)));
         let base = self
             .base
             .iter()
-            .filter(|(k, _)| !self.over.contains_key(*k))
+            .filter(|(k, _)| take(k) && !self.over.contains_key(*k))
             .map(|(k, v)| (k.as_slice(), v.as_slice()));
         over.chain(base)
     }

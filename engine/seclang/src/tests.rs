@@ -356,3 +356,23 @@ SecRule ARGS|!ARGS:b "@contains evil" "id:4,phase:2,pass,t:none,severity:'WARNIN
         "rule 3 no longer reads ARGS:a"
     );
 }
+
+/// A walk of the TX collection by a regex selector (`TX:/^p_/`) sees the variables set at load
+/// (folded into the set's initial TX), the ones a request sets, and not the ones it deleted.
+#[test]
+fn tx_regex_walks_see_loaded_set_and_deleted_variables() {
+    let rs = set(r#"
+SecAction "id:1,phase:1,pass,nolog,setvar:tx.p_a=1,setvar:tx.p_b=2,setvar:tx.q_c=3"
+SecRule ARGS:del "@streq yes" "id:2,phase:2,pass,nolog,setvar:!tx.p_a"
+SecRule ARGS:set "@rx ." "id:3,phase:2,pass,nolog,setvar:tx.p_z=%{MATCHED_VAR}"
+SecRule TX:/^p_/ "@rx ." "id:4,phase:2,pass,nolog,setvar:tx.n=+1"
+SecRule TX:N "@eq 1" "id:101,phase:2,deny"
+SecRule TX:N "@eq 2" "id:102,phase:2,deny"
+SecRule TX:N "@eq 3" "id:103,phase:2,deny"
+"#);
+    let walk = |uri: &str| rs.evaluate(&req("GET", uri, &[], b"")).interrupted;
+    assert_eq!(walk("/"), Some(102));
+    assert_eq!(walk("/?del=yes"), Some(101));
+    assert_eq!(walk("/?set=v"), Some(103));
+    assert_eq!(walk("/?set=v&del=yes"), Some(102));
+}
