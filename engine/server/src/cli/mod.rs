@@ -227,7 +227,9 @@ fn serve(config: Option<PathBuf>) -> ExitCode {
         }
     };
     rt.start_background();
-    let addr = rt.config.listen;
+    // The address bound, not the configured one: with port 0 the OS chose it, and this line is
+    // how a supervisor (or a test harness) learns it.
+    let addr = listener.local_addr().unwrap_or(rt.config.listen);
     let tls = rt.config.tls.clone();
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(%addr, workers, "rampart listening on {scheme}://{addr}");

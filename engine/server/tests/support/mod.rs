@@ -730,11 +730,14 @@ impl Engine {
     /// [`Engine::start`] with extra environment variables (`RAMPART_SERVER_…` overrides for the
     /// `[server]` section this harness writes).
     pub fn start_with_env(dir: &Path, name: &str, config: &str, env: &[(&str, &str)]) -> Engine {
-        Engine::start_at(dir, name, config, env, free_port())
+        // Port 0: the engine binds a port the OS chooses and names it in its log. A port picked
+        // here and bound there could be taken in between by another test's server, whose
+        // `/readyz` would then answer for this one.
+        Engine::start_at(dir, name, config, env, 0)
     }
 
     /// [`Engine::start_with_env`] listening on `port` (e.g. an instance restarted where a load
-    /// balancer expects it).
+    /// balancer expects it; 0: a free port the OS chooses).
     pub fn start_at(
         dir: &Path,
         name: &str,
@@ -753,7 +756,8 @@ impl Engine {
             ),
         )
         .unwrap();
-        let stderr = std::fs::File::create(dir.join(format!("{name}.stderr"))).unwrap();
+        let stderr_path = dir.join(format!("{name}.stderr"));
+        let stderr = std::fs::File::create(&stderr_path).unwrap();
         let control = dir.join(format!("{name}-control"));
         let mut cmd = Command::new(bin());
         cmd.args(["serve", "--config", cfg.to_str().unwrap()])
@@ -762,18 +766,46 @@ impl Engine {
         if !config.contains("allow_unsigned_uploads") {
             cmd.env("RAMPART_ADMIN_ALLOW_UNSIGNED_UPLOADS", "true");
         }
-        let child = cmd
+        let mut child = cmd
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
             .unwrap();
-        // With TLS (`RAMPART_SERVER_TLS_CERT_FILE` in `env`) the base is `https://localhost:…` and readiness
-        // is read from the log line the engine writes once it serves; the caller brings a client
-        // that trusts the certificate.
-        let tls = env
-            .iter()
-            .any(|(k, _)| *k == "RAMPART_SERVER_TLS_CERT_FILE");
+        let said = || std::fs::read_to_string(&stderr_path).unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        // The port this engine bound, from its log line `rampart listening on SCHEME://IP:PORT`
+        // (written once the port is bound, before it serves).
+        let (tls, port) = loop {
+            let text = said();
+            if let Some(at) = text.find("rampart listening on ") {
+                let rest = &text[at + "rampart listening on ".len()..];
+                let url: String = rest
+                    .chars()
+                    .take_while(|c| !c.is_whitespace() && *c != '"')
+                    .collect();
+                let bound: u16 = url
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or_else(|| panic!("engine {name}: no port in {url:?}"));
+                assert!(
+                    port == 0 || bound == port,
+                    "engine {name} bound {bound}, not {port}"
+                );
+                break (url.starts_with("https://"), bound);
+            }
+            if let Some(st) = child.try_wait().unwrap() {
+                panic!("engine {name} exited ({st}) before listening: {}", text);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "engine {name} did not start listening: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // With TLS the base is `https://localhost:…` (the name on the test certificate); the
+        // caller brings a client that trusts the certificate, and readiness is the log line.
         let e = Engine {
             child,
             base: if tls {
@@ -783,15 +815,12 @@ impl Engine {
             },
             control,
         };
+        if tls {
+            return e;
+        }
         let a = agent();
-        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if tls {
-                let said = std::fs::read_to_string(dir.join(format!("{name}.stderr")));
-                if said.is_ok_and(|s| s.contains("rampart listening on https://")) {
-                    return e;
-                }
-            } else if let Ok(r) = a.get(&format!("{}/readyz", e.base)).call() {
+            if let Ok(r) = a.get(&format!("{}/readyz", e.base)).call() {
                 if r.status() == 200 {
                     return e;
                 }
@@ -799,7 +828,7 @@ impl Engine {
             assert!(
                 Instant::now() < deadline,
                 "engine {name} did not become ready: {}",
-                std::fs::read_to_string(dir.join(format!("{name}.stderr"))).unwrap_or_default()
+                said()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
