@@ -14,6 +14,9 @@ connection per turn), and prints Redis's CPU per call (`INFO cpu`) and each comm
 would give Redis); `--no-limits` sends the anti-replay step alone (the nonce and the fingerprint,
 no planned limit), to see what the limits cost.
 
+`--prev-window` fills the distinct counts' previous windows first (each user's device seen in
+the last window too: the count is then a union of two keys).
+
 `--layout bitfield` sends the probes as the standard layout's `BITFIELD SET u1 <bit> 1`
 arguments, for a scripts.rs of a revision before the blocked layout (`git show REV:path > f`).
 """
@@ -34,6 +37,8 @@ ap.add_argument("--block-bytes", type=int, default=128)
 ap.add_argument("--pipeline", type=int, default=1, help="calls per write on each connection")
 ap.add_argument("--no-limits", action="store_true", help="the nonce and fingerprint only")
 ap.add_argument("--k", type=int, default=18, help="probes per nonce (20 for the standard layout)")
+ap.add_argument("--prev-window", action="store_true",
+                help="the distinct counts' previous windows hold an item (a key seen last window)")
 a = ap.parse_args()
 
 text = open(a.scripts).read()
@@ -110,6 +115,9 @@ def cpu():
 socks = [socket.create_connection(("127.0.0.1", a.port)) for _ in range(a.connections)]
 files = [s.makefile("rb") for s in socks]
 calls = [call() for _ in range(a.calls)]
+if a.prev_window:
+    for u in range(20000):
+        cmd("PFADD", "d:{u%d}:0" % u, "old-dev%d" % u)
 cmd("CONFIG", "RESETSTAT")
 c0, t0 = cpu(), time.time()
 per_turn = a.connections * a.pipeline

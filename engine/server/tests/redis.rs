@@ -52,6 +52,19 @@ fn rules(dir: &Path) -> PathBuf {
         "//! routes: /api/slow-rate\n",
         r#"if !rate_limit("slow:" + req.user, 0.001, 3) { deny("RATE_LIMITED", "slow down") }"#,
     );
+    // Two limits on one key (bursts of 2 and 3), planned into one script.
+    rule(
+        &r,
+        "gateway/twice-a.rhai",
+        "//! routes: /api/twice\n",
+        r#"if !rate_limit("tw:" + req.user, 0.001, 2) { deny("RATE_LIMITED", "burst of 2") }"#,
+    );
+    rule(
+        &r,
+        "gateway/twice-b.rhai",
+        "//! routes: /api/twice\n",
+        r#"if !rate_limit("tw:" + req.user, 0.001, 3) { deny("RATE_LIMITED", "burst of 3") }"#,
+    );
     rule(
         &r,
         "edge/ip-flood.rhai",
@@ -476,6 +489,23 @@ fn rate_limits_ride_the_anti_replay_script(
             .any(|l| l.contains("[0 lua]") && l.contains("\"PFADD\"") && l.contains(&signup)),
         "the distinct count inside the script: {seen:#?}"
     );
+    // Two limits on one key in one script: the second sees what the first wrote. Bursts of 2
+    // and 3 at the same rate: the first request takes one of each (the key's arrival time
+    // moves by two steps), the second is refused by the burst of 2.
+    let user = fresh("ride-twice");
+    let seen = monitored(redis, || {
+        let first = call("/api/twice", "{\"t\":0}", &user, fresh(tag));
+        assert_eq!(code(&e.decide(&first.json()).1), "OK");
+    });
+    let twice_key = format!("\"{prefix}:g:tw:{user}\"");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("\"EVALSHA\"") && l.matches(twice_key.as_str()).count() == 2),
+        "both limits inside the script: {seen:#?}"
+    );
+    let second = call("/api/twice", "{\"t\":1}", &user, fresh(tag));
+    let v = e.decide(&second.json()).1;
+    assert_eq!(code(&v), "RATE_LIMITED", "{v}");
 }
 
 /// Every command Redis runs while `f` runs, as `redis-cli MONITOR` prints them (those a script

@@ -120,11 +120,21 @@ impl RedisServer {
             extra: extra.iter().map(|a| a.to_string()).collect(),
             child: None,
         };
-        s.spawn();
-        s
+        // A port picked here can be taken before the server binds it (by another test's
+        // server): then this one exits, or the other answers for it. Try another port.
+        for _ in 0..5 {
+            if s.spawn() {
+                return s;
+            }
+            s.port = free_port();
+            s.dir = temp_dir(&format!("redis-{}", s.port));
+        }
+        panic!("redis-server did not start on any of five free ports");
     }
 
-    fn spawn(&mut self) {
+    /// Starts the server on `self.port`; `false` when the port was taken (this server exited, or
+    /// another answered there).
+    fn spawn(&mut self) -> bool {
         let mut cmd = Command::new("redis-server");
         cmd.args([
             "--port",
@@ -156,12 +166,25 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("start redis-server");
+        let pid = child.id();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while redis_cli(self.port, &["PING"]) != "PONG" {
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+                self.child = None;
+                return false;
+            }
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
+        // The server that answered is this one.
+        let mine = redis_cli(self.port, &["INFO", "server"])
+            .lines()
+            .any(|l| l.trim() == format!("process_id:{pid}"));
+        if !mine {
+            self.kill();
+        }
+        mine
     }
 
     pub fn url(&self) -> String {
@@ -194,7 +217,7 @@ impl RedisServer {
     /// A fresh server on the same port (empty: persistence is off).
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        assert!(self.spawn(), "port {} was taken meanwhile", self.port);
     }
 
     pub fn cli(&self, args: &[&str]) -> String {
