@@ -460,6 +460,18 @@ impl ClickHouseServer {
             assert!(Instant::now() < deadline, "clickhouse-server did not start");
             std::thread::sleep(Duration::from_millis(100));
         }
+        // The server that answered is this one: its ports were picked before it bound them, and
+        // another test's server could have taken one meanwhile. A system table's metadata lies
+        // under the server's path (a version that does not say cannot be told apart).
+        let path = self
+            .query("SELECT metadata_path FROM system.tables WHERE database = 'system' LIMIT 1")
+            .unwrap_or_default();
+        let path = path.trim();
+        assert!(
+            path.is_empty() || path.starts_with(&format!("{d}/")),
+            "another server answers on port {}: its tables are in {path}",
+            self.http_port
+        );
     }
 
     pub fn url(&self) -> String {
