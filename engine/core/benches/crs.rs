@@ -2,11 +2,17 @@
 //! CRS (`/usr/share/modsecurity-crs/rules`, or `CRS_DIR`) at paranoia 1 and 2, with Rampart's
 //! default file selection and exclusions, on benign shop requests of the benign traffic corpus
 //! (bench/waf/shop-traffic.jsonl: searches, product pages, JSON carts and orders, form logins,
-//! reviews, uploads). One iteration judges one request; the requests cycle.
+//! reviews, uploads). One iteration judges one request; `warm` and `cold` cycle over the first
+//! 400.
 //!
-//! A per-thread memo keeps libinjection's verdicts on values of 24–512 bytes (user agents,
-//! referrers, cookies recur across requests): `cold` clears it before every request, `warm`
-//! lets it work as it does under live traffic.
+//! The rule set remembers what it learnt about values of up to 512 bytes (their literals, the
+//! rules that do not match them), and a per-thread memo keeps libinjection's verdicts: user
+//! agents, header values, argument names and search terms recur across requests. `cold` clears
+//! both before every request (each request judged as if its values were new), `warm` lets them
+//! work as under live traffic — on 400 cycled requests every value recurs, so `warm` is an upper
+//! bound. `stream` judges the corpus's 1,600 requests in order with the memos emptied at its
+//! start, so each request meets only what the requests before it left (session cookies, form
+//! values and bodies are new each time): the figure for live traffic of this kind.
 //!
 //! Run: `cargo bench -p rampart-core --bench crs` (target: ≤ 20 µs per benign request at PL1).
 
@@ -55,7 +61,6 @@ fn requests() -> Vec<DecideRequest> {
         .unwrap()
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .take(400)
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
             let uri = v["uri"].as_str().unwrap_or("/");
@@ -91,7 +96,8 @@ fn bench(c: &mut Criterion) {
         );
         return;
     };
-    let reqs = requests();
+    let all = requests();
+    let reqs = &all[..400.min(all.len())];
     let mut g = c.benchmark_group("crs");
     for paranoia in [1u8, 2] {
         let crs = load(&dir, paranoia);
@@ -106,8 +112,21 @@ fn bench(c: &mut Criterion) {
         g.bench_function(format!("benign/pl{paranoia}/cold"), |b| {
             b.iter(|| {
                 i = (i + 1) % reqs.len();
-                rampart_seclang::ops::clear_memo();
+                crs.clear_memo();
                 black_box(crs.judge(&reqs[i]))
+            })
+        });
+        // The whole corpus in order, the memos emptied whenever it starts again: each request
+        // finds only the values the requests before it in the stream left.
+        let mut i = 0;
+        g.bench_function(format!("benign/pl{paranoia}/stream"), |b| {
+            b.iter(|| {
+                if i == 0 {
+                    crs.clear_memo();
+                }
+                let v = crs.judge(&all[i]);
+                i = (i + 1) % all.len();
+                black_box(v)
             })
         });
     }

@@ -3,11 +3,46 @@
 //! family, with the time per request.
 //!
 //!     cargo run --release -p rampart-seclang --example corpus -- RULES_DIR CORPUS.jsonl [PL] [THRESHOLD]
+//!
+//! Environment: `SKIP=920-,…` leaves out files whose names contain these; `EXTRA=a.conf,…` loads
+//! files after the CRS's; `PASSES=N` only times N passes over the corpus (with `COLD=1`, the
+//! set's value memo emptied before each request); `FEATURES`, `VERBOSE`, `FTW`, `REPEAT` print
+//! more (see below).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 use rampart_seclang::{Request, Ruleset};
+
+/// Method, URI, body and headers of a corpus request.
+type Req = (String, String, String, Vec<(String, String)>);
+
+/// One pass over the requests; the number refused. Not inlined, so that a profiler can count
+/// this function alone (`valgrind --tool=callgrind --toggle-collect='corpus::run_pass'`).
+#[inline(never)]
+fn run_pass(rs: &Ruleset, reqs: &[Req]) -> usize {
+    // COLD=1: every request judged with the set's memo empty.
+    let cold = std::env::var_os("COLD").is_some();
+    let mut refused = 0;
+    for (method, uri, body, headers) in reqs {
+        if cold {
+            rs.clear_memo();
+        }
+        let req = Request {
+            method,
+            uri,
+            protocol: "HTTP/1.1",
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect(),
+            body: body.as_bytes(),
+            remote_addr: "203.0.113.10",
+        };
+        refused += rs.evaluate(&req).interrupted.is_some() as usize;
+    }
+    refused
+}
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
@@ -35,11 +70,52 @@ fn main() {
             files.push((n, std::fs::read_to_string(&p).unwrap()));
         }
     }
+    // EXTRA=a.conf,b.conf: files loaded after the CRS's (exclusions, as an operator adds them).
+    for f in std::env::var("EXTRA").unwrap_or_default().split(',') {
+        if !f.is_empty() {
+            files.push((f.to_string(), std::fs::read_to_string(f).unwrap()));
+        }
+    }
     let d = dir.clone();
     let rs = Ruleset::build(&files, &move |f| {
         std::fs::read_to_string(format!("{d}/{f}")).map_err(|e| e.to_string())
     })
     .unwrap_or_else(|e| panic!("{e:?}"));
+    // PASSES=N: time N passes over the whole corpus, each request once per pass, and stop. The
+    // first pass meets every value for the first time in this process (the per-thread memos
+    // empty); later passes find the values they memoised.
+    if let Some(passes) = std::env::var("PASSES")
+        .ok()
+        .and_then(|p| p.parse::<usize>().ok())
+    {
+        let reqs: Vec<Req> = corpus
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|line| {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
+                let headers = v["headers"]
+                    .as_object()
+                    .map(|m| {
+                        m.iter()
+                            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (s("method"), s("uri"), s("body"), headers)
+            })
+            .collect();
+        for pass in 1..=passes {
+            let t = Instant::now();
+            let refused = run_pass(&rs, &reqs);
+            println!(
+                "pass {pass}: {} requests, {refused} refused, {:.1} µs each",
+                reqs.len(),
+                t.elapsed().as_secs_f64() * 1e6 / reqs.len() as f64
+            );
+        }
+        return;
+    }
     let mut by: BTreeMap<String, (u32, u32)> = BTreeMap::new();
     let t0 = Instant::now();
     let mut n = 0;

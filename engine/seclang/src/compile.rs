@@ -63,6 +63,10 @@ pub struct Rule {
     /// during a transaction ([`group_targets`]); `u32::MAX` when they may (TX, matched values,
     /// counts).
     pub target_group: u32,
+    /// Its bit in each value's memo of rules known not to match it ([`number_verdicts`]);
+    /// `u32::MAX` when its verdict is not a function of the value alone (an operator with
+    /// macros, no targets).
+    pub verdict: u32,
     pub capture: bool,
     pub multi_match: bool,
     pub setvars: Vec<SetVar>,
@@ -104,6 +108,9 @@ pub struct Compiled {
     /// Distinct target lists whose values a transaction can collect once and share (see
     /// [`group_targets`]).
     pub target_groups: u32,
+    /// Rules (chain members included) whose verdict on a value depends on that value alone
+    /// (see [`number_verdicts`]).
+    pub verdicts: u32,
 }
 
 /// Numbers every rule's target list (chains included) among the set's distinct lists, so that a
@@ -145,6 +152,39 @@ pub fn group_targets(c: &mut Compiled) {
         }
     }
     c.target_groups = ids.len() as u32;
+}
+
+/// Numbers every rule (chain members included) whose operator's verdict on a value, after the
+/// rule's transformations, depends on nothing but that value: no macro in its argument, targets
+/// to read. Such a verdict can be remembered across transactions (`eval`'s value memo). Run
+/// after folding: it may change operators.
+pub fn number_verdicts(c: &mut Compiled) {
+    use crate::ops::Part;
+    let literal = |p: &crate::ops::Param| p.parts.iter().all(|x| matches!(x, Part::Lit(_)));
+    let mut n = 0u32;
+    for phase in &mut c.phases {
+        for item in phase.iter_mut() {
+            if let Item::Rule(r) = item {
+                let mut m: Option<&mut Rule> = Some(r);
+                while let Some(x) = m {
+                    let pure = !x.targets.is_empty()
+                        && match &x.op {
+                            Op::RxMacro(..) => false,
+                            Op::Str(_, p) | Op::Num(_, p) => literal(p),
+                            _ => true,
+                        };
+                    x.verdict = if pure {
+                        n += 1;
+                        n - 1
+                    } else {
+                        u32::MAX
+                    };
+                    m = x.chain.as_deref_mut();
+                }
+            }
+        }
+    }
+    c.verdicts = n;
 }
 
 /// Parts 0..16 are the keyed collections' values (even) and keys (odd), by `eval::Col`; part
@@ -866,6 +906,7 @@ impl<'a> Builder<'a> {
             prefilter: None,
             parts: 0,
             target_group: u32::MAX,
+            verdict: u32::MAX,
             sensitive,
             capture: m.capture,
             multi_match: m.multi_match,

@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 
 use crate::body::{self, Pairs};
 use crate::compile::{Ctl, Disruptive, Item, Rule, SetVar};
@@ -62,6 +64,141 @@ impl Hasher for Fx {
 
 type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
 
+/// What a rule set has learnt about one value, whatever request it came in: its byte classes
+/// and raw-value literal bits (what `slot_info` computes), and which rules (by `Rule::verdict`)
+/// are known not to match it, by their prefilter or their operator.
+pub(crate) struct Facts {
+    info: (u16, Box<[u64]>),
+    /// Set bits only ever get set; a thread that reads a bit another is setting at most
+    /// evaluates the rule again, with the same answer.
+    miss: Box<[AtomicU64]>,
+}
+
+impl Facts {
+    fn missed(&self, verdict: u32) -> bool {
+        self.miss[verdict as usize / 64].load(Relaxed) & (1 << (verdict % 64)) != 0
+    }
+
+    fn set_missed(&self, verdict: u32) {
+        self.miss[verdict as usize / 64].fetch_or(1 << (verdict % 64), Relaxed);
+    }
+}
+
+/// Values at most this long are remembered across transactions.
+const MEMO_MAX_LEN: usize = 512;
+/// Shards of a set's memo (each behind its own lock).
+const MEMO_SHARDS: usize = 16;
+/// Values a generation of a shard holds; two generations are kept, so a set remembers at most
+/// 2 × 16 × 256 = 8,192 values (a few MB with their facts), however many threads judge.
+const MEMO_ENTRIES: usize = 256;
+
+type Generation = hashbrown::HashTable<(Box<[u8]>, Arc<Facts>)>;
+
+#[derive(Default)]
+struct Shard {
+    new: Generation,
+    old: Generation,
+}
+
+/// A rule set's memo of value facts, shared by the threads that judge with it. Most values of
+/// real traffic recur (header values, argument names, search terms): their facts are computed
+/// once, and a later request that carries them pays a hash, a lookup and one bit test per rule
+/// instead of the literal scan, the transformations and the operator. Keys are whole values,
+/// compared exactly; the hash is std's SipHash with a per-process random key, so a client cannot
+/// aim collisions at a shard. When a shard's newer generation is full it becomes the older and
+/// the oldest is dropped: memory stays bounded and values that keep recurring stay in.
+pub(crate) struct ValueMemo {
+    hasher: std::collections::hash_map::RandomState,
+    shards: Box<[Mutex<Shard>]>,
+}
+
+impl Default for ValueMemo {
+    fn default() -> ValueMemo {
+        ValueMemo {
+            hasher: Default::default(),
+            shards: (0..MEMO_SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ValueMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ValueMemo")
+    }
+}
+
+impl ValueMemo {
+    /// The facts of `v`, computed by `make` if the memo does not hold them.
+    fn get(&self, v: &[u8], make: impl FnOnce() -> Facts) -> Arc<Facts> {
+        use std::hash::BuildHasher;
+        let h = self.hasher.hash_one(v);
+        // Bits the tables use least (they take the low bits for the bucket, the top 7 as a tag).
+        let shard = &self.shards[(h >> 40) as usize % MEMO_SHARDS];
+        let eq = |e: &(Box<[u8]>, Arc<Facts>)| *e.0 == *v;
+        {
+            let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(e) = s.new.find(h, eq) {
+                return e.1.clone();
+            }
+            if let Ok(e) = s.old.find_entry(h, eq) {
+                let (e, _) = e.remove();
+                let f = e.1.clone();
+                s.put(h, e, &self.hasher);
+                return f;
+            }
+        }
+        // Computed outside the lock: the literal scan is the expensive part.
+        let f = Arc::new(make());
+        let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = s.new.find(h, eq) {
+            return e.1.clone();
+        }
+        s.put(h, (v.into(), f.clone()), &self.hasher);
+        f
+    }
+
+    /// Values remembered.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let s = s.lock().unwrap_or_else(|e| e.into_inner());
+                s.new.len() + s.old.len()
+            })
+            .sum()
+    }
+
+    /// Forgets every value (benchmarks measure the cold cost with the memo empty).
+    pub(crate) fn clear(&self) {
+        for s in self.shards.iter() {
+            *s.lock().unwrap_or_else(|e| e.into_inner()) = Shard::default();
+        }
+    }
+}
+
+impl Shard {
+    fn put(
+        &mut self,
+        h: u64,
+        e: (Box<[u8]>, Arc<Facts>),
+        hasher: &std::collections::hash_map::RandomState,
+    ) {
+        use std::hash::BuildHasher;
+        if self.new.len() >= MEMO_ENTRIES {
+            self.old = std::mem::take(&mut self.new);
+            self.new.reserve(MEMO_ENTRIES, |e| hasher.hash_one(&*e.0));
+        }
+        self.new.insert_unique(h, e, |e| hasher.hash_one(&*e.0));
+    }
+}
+
+/// Whether transactions use the value memo (`SECLANG_NO_MEMO=1` turns it off, for comparisons).
+fn memo_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("SECLANG_NO_MEMO").is_none())
+}
+
 /// A `ctl:ruleRemoveTarget…` in force: (rule ids, or tag), the variable and key it removes.
 type RemovedTarget = (Option<Vec<(u32, u32)>>, Option<String>, Var, Selector);
 
@@ -85,8 +222,8 @@ pub(crate) struct Tx<'r> {
     excl: std::cell::RefCell<FxMap<u64, bool>>,
     /// Per part (see `compile::part_of`): byte classes and prefilter bits of all its values.
     parts: Vec<Option<(u16, Box<[u64]>)>>,
-    /// Per slot: byte classes and raw-value prefilter bits.
-    slots: Vec<Option<(u16, Box<[u64]>)>>,
+    /// Per slot: the value's facts (from the set's memo when it was seen before).
+    slots: Vec<Option<Arc<Facts>>>,
     refs: Vec<Ref>,
     /// Per target group (`Rule::target_group`): the values its list collected, while no `ctl`
     /// has removed a target.
@@ -312,6 +449,30 @@ impl<'r> Tx<'r> {
         self.out
     }
 
+    /// The facts of the value in `slot` (computed, or found in the memo, the first time).
+    fn facts(&mut self, slot: u32) -> &Arc<Facts> {
+        if self.slots.len() <= slot as usize {
+            self.slots.resize_with(slot as usize + 1, || None);
+        }
+        if self.slots[slot as usize].is_none() {
+            let v = self.value_of_slot(slot);
+            let f = if v.len() <= MEMO_MAX_LEN && memo_on() {
+                self.rs.memo.get(v, || self.new_facts(v))
+            } else {
+                Arc::new(self.new_facts(v))
+            };
+            self.slots[slot as usize] = Some(f);
+        }
+        self.slots[slot as usize].as_ref().unwrap()
+    }
+
+    /// Records in the facts of the value in `slot` that `r` does not match it.
+    fn missed(&self, slot: Option<u32>, r: &Rule) {
+        if let Some(Some(f)) = slot.map(|s| &self.slots[s as usize]) {
+            f.set_missed(r.verdict);
+        }
+    }
+
     fn removed(&self, r: &Rule) -> bool {
         self.removed_ids
             .iter()
@@ -458,8 +619,19 @@ impl<'r> Tx<'r> {
         let mut any = false;
         for rf in list {
             let slot = self.slot(rf);
+            // The slot whose facts can hold the rule's verdict, unless they already hold a miss.
+            let memo = match slot {
+                Some(s) if r.verdict != u32::MAX => {
+                    if self.facts(s).missed(r.verdict) {
+                        continue;
+                    }
+                    Some(s)
+                }
+                _ => None,
+            };
             if let (Some(pf), Some(slot)) = (r.prefilter, slot) {
                 if !self.may_match(slot, pf, r) {
+                    self.missed(memo, r);
                     continue;
                 }
             }
@@ -473,7 +645,10 @@ impl<'r> Tx<'r> {
                 let v: &[u8] = cached.as_deref().unwrap_or(raw);
                 self.matches(r, v)
             };
-            let Some(caps) = hit else { continue };
+            let Some(caps) = hit else {
+                self.missed(memo, r);
+                continue;
+            };
             any = true;
             let v = cached
                 .as_deref()
@@ -596,34 +771,41 @@ impl<'r> Tx<'r> {
 
     /// A value's byte classes and the rules whose literals its raw bytes hold (cached per slot).
     fn slot_info(&mut self, slot: u32) -> &(u16, Box<[u64]>) {
-        if self.slots.len() <= slot as usize {
-            self.slots.resize_with(slot as usize + 1, || None);
+        &self.facts(slot).info
+    }
+
+    fn new_facts(&self, v: &[u8]) -> Facts {
+        Facts {
+            info: self.info_of(v),
+            miss: (0..(self.rs.compiled.verdicts as usize).div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
         }
-        if self.slots[slot as usize].is_none() {
-            let v = self.value_of_slot(slot);
-            let f = crate::transform::flags::of(v);
-            let mut bits = vec![0u64; self.rs.compiled.global_words].into_boxed_slice();
-            if let Some((ac, lit_bits)) = &self.rs.compiled.global {
-                for m in ac.find_overlapping_iter(aho_corasick::Input::new(v)) {
-                    for &(w, b) in &lit_bits[m.pattern().as_usize()] {
+    }
+
+    /// A raw value's byte classes and the rules whose literals it holds.
+    fn info_of(&self, v: &[u8]) -> (u16, Box<[u64]>) {
+        let f = crate::transform::flags::of(v);
+        let mut bits = vec![0u64; self.rs.compiled.global_words].into_boxed_slice();
+        if let Some((ac, lit_bits)) = &self.rs.compiled.global {
+            for m in ac.find_overlapping_iter(aho_corasick::Input::new(v)) {
+                for &(w, b) in &lit_bits[m.pattern().as_usize()] {
+                    bits[w as usize] |= b;
+                }
+            }
+        }
+        let singles = &self.rs.compiled.global_bytes;
+        if !singles.is_empty() {
+            let set = crate::compile::byte_set(v);
+            for (c, lit_bits) in singles {
+                if crate::compile::has_byte(&set, *c) {
+                    for &(w, b) in lit_bits {
                         bits[w as usize] |= b;
                     }
                 }
             }
-            let singles = &self.rs.compiled.global_bytes;
-            if !singles.is_empty() {
-                let set = crate::compile::byte_set(v);
-                for (c, lit_bits) in singles {
-                    if crate::compile::has_byte(&set, *c) {
-                        for &(w, b) in lit_bits {
-                            bits[w as usize] |= b;
-                        }
-                    }
-                }
-            }
-            self.slots[slot as usize] = Some((f, bits));
         }
-        self.slots[slot as usize].as_ref().unwrap()
+        (f, bits)
     }
 
     fn ref_of_slot(&self, slot: u32) -> Ref {

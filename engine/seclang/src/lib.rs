@@ -90,6 +90,8 @@ pub struct Outcome {
 #[derive(Debug)]
 pub struct Ruleset {
     compiled: Compiled,
+    /// What the set has learnt about values it has judged (see `eval::ValueMemo`).
+    memo: eval::ValueMemo,
     /// TX as the rules folded at load leave it (see `specialize`).
     initial_tx: std::collections::HashMap<Vec<u8>, Vec<u8>>,
     folded: usize,
@@ -109,6 +111,7 @@ impl Ruleset {
             compiled: b.finish()?,
             initial_tx: Default::default(),
             folded: 0,
+            memo: Default::default(),
         };
         if std::env::var_os("SECLANG_NO_SPECIALIZE").is_none() {
             rs.folded = specialize::specialize(&mut rs);
@@ -116,12 +119,18 @@ impl Ruleset {
         if std::env::var_os("SECLANG_NO_TARGET_GROUPS").is_none() {
             compile::group_targets(&mut rs.compiled);
         }
+        compile::number_verdicts(&mut rs.compiled);
         Ok(rs)
     }
 
     /// Judges one request.
     pub fn evaluate(&self, req: &Request<'_>) -> Outcome {
         eval::Tx::new(self, req).run()
+    }
+
+    /// Forgets what the set has learnt about values (benchmarks measure the cold cost so).
+    pub fn clear_memo(&self) {
+        self.memo.clear();
     }
 
     /// Things loading ignored or could not honour (directives, actions, operators).

@@ -376,3 +376,90 @@ SecRule TX:N "@eq 3" "id:103,phase:2,deny"
     assert_eq!(walk("/?set=v"), Some(103));
     assert_eq!(walk("/?set=v&del=yes"), Some(102));
 }
+
+/// Rules whose verdict on a value depends on that value alone (transformations, negation, a
+/// phrase list, a chain) and one that depends on another value (a macro).
+const MEMO_RULES: &str = r#"
+SecRule ARGS|REQUEST_HEADERS|REQUEST_COOKIES "@rx (?i)\bunion\b.{1,100}?\bselect\b" \
+    "id:1,phase:2,pass,t:none,t:urlDecodeUni,t:lowercase,severity:'CRITICAL',setvar:'tx.anomaly_score=+5'"
+SecRule REQUEST_HEADERS:Accept "!@rx ^[a-z*/,;=.0-9 +-]+$" \
+    "id:2,phase:1,pass,t:none,t:lowercase,severity:'WARNING',setvar:'tx.anomaly_score=+3'"
+SecRule ARGS "@pmFromFile words.data" "id:3,phase:2,pass,t:none,severity:'WARNING',setvar:'tx.anomaly_score=+3'"
+SecRule ARGS:mode "@rx ^(.*)$" "id:4,phase:1,pass,capture,nolog,setvar:'tx.allowed=%{TX.1}'"
+SecRule REQUEST_HEADERS:X-Val "!@within %{tx.allowed}" \
+    "id:5,phase:1,pass,t:none,severity:'NOTICE',setvar:'tx.anomaly_score=+2'"
+SecRule ARGS_NAMES "@streq debug" "id:6,phase:2,pass,t:none,chain,severity:'NOTICE'"
+    SecRule ARGS:debug "@rx ^1$" "t:none,setvar:'tx.anomaly_score=+1'"
+SecRule TX:ANOMALY_SCORE "@ge 5" "id:949110,phase:2,deny,t:none,severity:'CRITICAL'"
+"#;
+
+#[test]
+fn the_value_memo_answers_as_a_set_that_never_saw_the_values() {
+    // The same values come back in other requests, other collections and other contexts: a set
+    // that remembers what it learnt about them must judge exactly as a fresh set does.
+    let shared = set(MEMO_RULES);
+    let cases: &[(&str, &[(&str, &str)])] = &[
+        (
+            "/a?q=union%20all%20select&mode=abc",
+            &[("Accept", "text/html"), ("X-Val", "b")],
+        ),
+        (
+            "/a?q=shoes&mode=abc",
+            &[("Accept", "text/html"), ("X-Val", "b")],
+        ),
+        // The header's value was benign for `within abc`; for `within xyz` it is not.
+        (
+            "/a?q=shoes&mode=xyz",
+            &[("Accept", "text/html"), ("X-Val", "b")],
+        ),
+        (
+            "/a?q=shoes&mode=xyz",
+            &[("Accept", "TEXT/<HTML>"), ("X-Val", "y")],
+        ),
+        // A value seen as an argument comes back as a header and a cookie.
+        (
+            "/a?mode=abc",
+            &[("X-Q", "union all select"), ("X-Val", "a")],
+        ),
+        (
+            "/a?mode=abc",
+            &[("Cookie", "c=union all select"), ("X-Val", "a")],
+        ),
+        ("/a?sleep(=1&q=sleep(&mode=abc", &[("X-Val", "c")]),
+        ("/a?debug=1&mode=abc", &[("X-Val", "c")]),
+        ("/a?debug=2&mode=abc", &[("X-Val", "c")]),
+        (
+            "/a?debug=1&mode=abc&q=union%20all%20select",
+            &[("X-Val", "c")],
+        ),
+    ];
+    for round in 0..3 {
+        for (i, (uri, headers)) in cases.iter().enumerate() {
+            let r = req("GET", uri, headers, b"");
+            let fresh = set(MEMO_RULES).evaluate(&r);
+            assert_eq!(shared.evaluate(&r), fresh, "round {round}, case {i}: {uri}");
+        }
+    }
+    assert!(set(MEMO_RULES)
+        .evaluate(&req("GET", "/a?mode=xyz", &[("X-Val", "b")], b""))
+        .matched
+        .iter()
+        .any(|m| m.id == 5));
+}
+
+#[test]
+fn the_value_memo_stays_bounded_under_distinct_values() {
+    let s = set(MEMO_RULES);
+    for i in 0..40_000 {
+        let uri = format!("/a?q=v{i}&mode=m{i}");
+        s.evaluate(&req("GET", &uri, &[("X-Val", &format!("x{i}"))], b""));
+    }
+    let n = s.memo.len();
+    assert!(n <= 8192, "{n} values remembered");
+    assert!(
+        n >= 4096,
+        "{n} values remembered: the memo should be in use"
+    );
+    s.clear_memo();
+    assert_eq!(s.memo.len(), 0);
+}

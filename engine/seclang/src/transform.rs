@@ -309,7 +309,8 @@ fn url_encode(v: &[u8]) -> Cow<'_, [u8]> {
         } else if c == b' ' {
             o.push(b'+');
         } else {
-            o.extend_from_slice(format!("%{c:02x}").as_bytes());
+            o.push(b'%');
+            push_hex(&mut o, c as u32, 2);
         }
     }
     Cow::Owned(o)
@@ -785,10 +786,20 @@ fn base64_decode(v: &[u8], ext: bool) -> Vec<u8> {
     o
 }
 
+/// Appends `n` in lower-case hexadecimal, zero-padded to at least `width` digits (what
+/// `format!("{n:0width$x}")` writes, without the formatter: `hexEncode` runs on whole values).
+fn push_hex(o: &mut Vec<u8>, n: u32, width: usize) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let digits = ((32 - n.leading_zeros() as usize).div_ceil(4)).max(width);
+    for i in (0..digits).rev() {
+        o.push(DIGITS[(n >> (4 * i)) as usize & 15]);
+    }
+}
+
 fn hex_encode(v: &[u8]) -> Vec<u8> {
     let mut o = Vec::with_capacity(v.len() * 2);
     for &c in v {
-        o.extend_from_slice(format!("{c:02x}").as_bytes());
+        push_hex(&mut o, c as u32, 2);
     }
     o
 }
@@ -837,12 +848,8 @@ fn push_unicode(o: &mut Vec<u8>, s: &str) {
         if ch.is_ascii() {
             o.push(ch as u8);
         } else {
-            let cp = ch as u32;
-            if cp > 0xffff {
-                o.extend_from_slice(format!("%u{cp:x}").as_bytes());
-            } else {
-                o.extend_from_slice(format!("%u{cp:04x}").as_bytes());
-            }
+            o.extend_from_slice(b"%u");
+            push_hex(o, ch as u32, 4);
         }
     }
 }
@@ -854,6 +861,22 @@ mod tests {
 
     fn t(x: Transform, v: &str) -> String {
         String::from_utf8_lossy(&x.apply(v.as_bytes())).into_owned()
+    }
+
+    #[test]
+    fn hex_digits_are_what_the_formatter_writes() {
+        for n in [
+            0u32, 1, 9, 10, 15, 16, 0x7f, 0xff, 0x100, 0xfff, 0x1000, 0xffff, 0x10000, 0x10ffff,
+        ] {
+            for width in [2, 4] {
+                let mut o = Vec::new();
+                push_hex(&mut o, n, width);
+                assert_eq!(String::from_utf8(o).unwrap(), format!("{n:0width$x}"));
+            }
+        }
+        assert_eq!(t(UrlEncode, "a b/é"), "a+b%2f%c3%a9");
+        assert_eq!(t(HexEncode, "a\n"), "610a");
+        assert_eq!(t(Utf8ToUnicode, "aé😀"), "a%u00e9%u1f600");
     }
 
     #[test]
