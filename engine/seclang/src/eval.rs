@@ -597,11 +597,14 @@ impl<'r> Tx<'r> {
             Some(g) => Some(match &self.groups[g] {
                 Some(list) => list.clone(),
                 None => {
-                    let mut v = Vec::new();
+                    // Collected in the reused buffer, then copied once at its final size.
+                    let mut v = std::mem::take(&mut self.refs);
+                    v.clear();
                     for t in &r.targets {
                         self.collect(t, top, &mut v);
                     }
-                    let list: Rc<[Ref]> = v.into();
+                    let list: Rc<[Ref]> = v.drain(..).collect();
+                    self.refs = v;
                     self.groups[g] = Some(list.clone());
                     list
                 }
