@@ -321,6 +321,10 @@ test("an operator story: author a rule, sandbox it, canary it, approve it as som
   // Decisions explorer: the refusals arrive; open one and trace it.
   await go(page, "decisions");
   await page.fill("#f-rule", "legacy-export");
+  // The live refresh (every 3 s) re-renders the page while the filter is typed but not yet
+  // applied: what was typed must survive it.
+  await new Promise((r) => setTimeout(r, 3500));
+  assert.equal(await page.inputValue("#f-rule"), "legacy-export", "the typed filter after a live refresh");
   await page.press("#f-rule", "Enter");
   await page.locator("#f-rule").blur();
   // Wait for the filtered answer, not just any ten rows: the unfiltered table (the canary's 40

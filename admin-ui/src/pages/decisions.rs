@@ -30,6 +30,10 @@ pub fn decisions() -> Html {
             .map(|(k, _)| crate::hash_param(k).unwrap_or_default())
             .collect::<Vec<_>>()
     });
+    // What the filter boxes hold while typed, before a change (Enter, leaving the box) applies
+    // it. The boxes show these, not `filters`: a live refresh re-renders the page, and a box
+    // showing the applied filter would lose what was typed since.
+    let drafts = use_state(|| (*filters).clone());
     let action = use_state(|| crate::hash_param("action").unwrap_or_default());
     let minutes = use_state(|| "60".to_string());
     let rows = use_state(Vec::<Value>::new);
@@ -108,6 +112,14 @@ pub fn decisions() -> Html {
         });
     }
 
+    let on_draft = |i: usize| {
+        let drafts = drafts.clone();
+        Callback::from(move |e: InputEvent| {
+            let mut d = (*drafts).clone();
+            d[i] = input_value(&e);
+            drafts.set(d);
+        })
+    };
     let on_filter = |i: usize| {
         let (filters, cursor, cursors) = (filters.clone(), cursor.clone(), cursors.clone());
         Callback::from(move |e: Event| {
@@ -169,7 +181,7 @@ pub fn decisions() -> Html {
             <form class="filters" aria-label="Filters" onsubmit={Callback::from(|e: SubmitEvent| e.prevent_default())}>
                 { for FILTERS.iter().enumerate().map(|(i, (k, label))| html! {
                     <span class="field"><label for={format!("f-{k}")}>{ *label }</label>
-                    <input id={format!("f-{k}")} value={filters[i].clone()} onchange={on_filter(i)} /></span>
+                    <input id={format!("f-{k}")} value={drafts[i].clone()} oninput={on_draft(i)} onchange={on_filter(i)} /></span>
                 }) }
                 <span class="field"><label for="f-action">{ "Action" }</label>
                 <select id="f-action" onchange={let a = action.clone(); let c = cursor.clone(); Callback::from(move |e: Event| { a.set(input_value(&e)); c.set(String::new()); })}>
