@@ -75,12 +75,17 @@ pub(crate) struct Facts {
 }
 
 impl Facts {
+    /// Facts with no room for misses: those of a value the memo does not keep.
     fn missed(&self, verdict: u32) -> bool {
-        self.miss[verdict as usize / 64].load(Relaxed) & (1 << (verdict % 64)) != 0
+        self.miss
+            .get(verdict as usize / 64)
+            .is_some_and(|w| w.load(Relaxed) & (1 << (verdict % 64)) != 0)
     }
 
     fn set_missed(&self, verdict: u32) {
-        self.miss[verdict as usize / 64].fetch_or(1 << (verdict % 64), Relaxed);
+        if let Some(w) = self.miss.get(verdict as usize / 64) {
+            w.fetch_or(1 << (verdict % 64), Relaxed);
+        }
     }
 }
 
@@ -91,13 +96,27 @@ const MEMO_SHARDS: usize = 16;
 /// Values a generation of a shard holds; two generations are kept, so a set remembers at most
 /// 2 × 16 × 256 = 8,192 values (a few MB with their facts), however many threads judge.
 const MEMO_ENTRIES: usize = 256;
+/// Hashes of values seen once, per shard (direct-mapped: a newer value takes an older's place).
+const MEMO_DOOR: usize = 1024;
 
 type Generation = hashbrown::HashTable<(Box<[u8]>, Arc<Facts>)>;
 
-#[derive(Default)]
 struct Shard {
     new: Generation,
     old: Generation,
+    /// The doorkeeper: a value enters the memo the second time it is seen, so values that never
+    /// recur (nonces, signatures, session ids) neither cost an entry nor push out those that do.
+    seen: Box<[u64]>,
+}
+
+impl Default for Shard {
+    fn default() -> Shard {
+        Shard {
+            new: Default::default(),
+            old: Default::default(),
+            seen: vec![0; MEMO_DOOR].into_boxed_slice(),
+        }
+    }
 }
 
 /// A rule set's memo of value facts, shared by the threads that judge with it. Most values of
@@ -128,8 +147,9 @@ impl std::fmt::Debug for ValueMemo {
 }
 
 impl ValueMemo {
-    /// The facts of `v`, computed by `make` if the memo does not hold them.
-    fn get(&self, v: &[u8], make: impl FnOnce() -> Facts) -> Arc<Facts> {
+    /// The facts of `v`, computed by `make` if the memo does not hold them (`make(false)`: for a
+    /// value seen for the first time, which the memo will not keep).
+    fn get(&self, v: &[u8], make: impl FnOnce(bool) -> Facts) -> Arc<Facts> {
         use std::hash::BuildHasher;
         let h = self.hasher.hash_one(v);
         // Bits the tables use least (they take the low bits for the bucket, the top 7 as a tag).
@@ -146,9 +166,15 @@ impl ValueMemo {
                 s.put(h, e, &self.hasher);
                 return f;
             }
+            let door = &mut s.seen[h as usize % MEMO_DOOR];
+            if *door != h {
+                *door = h;
+                drop(s);
+                return Arc::new(make(false));
+            }
         }
         // Computed outside the lock: the literal scan is the expensive part.
-        let f = Arc::new(make());
+        let f = Arc::new(make(true));
         let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = s.new.find(h, eq) {
             return e.1.clone();
@@ -172,7 +198,10 @@ impl ValueMemo {
     /// Forgets every value (benchmarks measure the cold cost with the memo empty).
     pub(crate) fn clear(&self) {
         for s in self.shards.iter() {
-            *s.lock().unwrap_or_else(|e| e.into_inner()) = Shard::default();
+            let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
+            s.new.clear();
+            s.old.clear();
+            s.seen.fill(0);
         }
     }
 }
@@ -457,9 +486,9 @@ impl<'r> Tx<'r> {
         if self.slots[slot as usize].is_none() {
             let v = self.value_of_slot(slot);
             let f = if v.len() <= MEMO_MAX_LEN && memo_on() {
-                self.rs.memo.get(v, || self.new_facts(v))
+                self.rs.memo.get(v, |keep| self.new_facts(v, keep))
             } else {
-                Arc::new(self.new_facts(v))
+                Arc::new(self.new_facts(v, false))
             };
             self.slots[slot as usize] = Some(f);
         }
@@ -777,12 +806,16 @@ impl<'r> Tx<'r> {
         &self.facts(slot).info
     }
 
-    fn new_facts(&self, v: &[u8]) -> Facts {
+    /// A value's facts; with room for misses if the memo keeps them (`keep`).
+    fn new_facts(&self, v: &[u8], keep: bool) -> Facts {
+        let words = if keep {
+            (self.rs.compiled.verdicts as usize).div_ceil(64)
+        } else {
+            0
+        };
         Facts {
             info: self.info_of(v),
-            miss: (0..(self.rs.compiled.verdicts as usize).div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            miss: (0..words).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
