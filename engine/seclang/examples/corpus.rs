@@ -17,6 +17,36 @@ use rampart_seclang::{Request, Ruleset};
 /// Method, URI, body and headers of a corpus request.
 type Req = (String, String, String, Vec<(String, String)>);
 
+/// A corpus line: its JSON, and the request it describes.
+fn parse(line: &str) -> (serde_json::Value, Req) {
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
+    let headers = v["headers"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let r = (s("method"), s("uri"), s("body"), headers);
+    (v, r)
+}
+
+fn request((method, uri, body, headers): &Req) -> Request<'_> {
+    Request {
+        method,
+        uri,
+        protocol: "HTTP/1.1",
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect(),
+        body: body.as_bytes(),
+        remote_addr: "203.0.113.10",
+    }
+}
+
 /// One pass over the requests; the number refused. Not inlined, so that a profiler can count
 /// this function alone (`valgrind --tool=callgrind --toggle-collect='corpus::run_pass'`).
 #[inline(never)]
@@ -24,22 +54,11 @@ fn run_pass(rs: &Ruleset, reqs: &[Req]) -> usize {
     // COLD=1: every request judged with the set's memo empty.
     let cold = std::env::var_os("COLD").is_some();
     let mut refused = 0;
-    for (method, uri, body, headers) in reqs {
+    for r in reqs {
         if cold {
             rs.clear_memo();
         }
-        let req = Request {
-            method,
-            uri,
-            protocol: "HTTP/1.1",
-            headers: headers
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect(),
-            body: body.as_bytes(),
-            remote_addr: "203.0.113.10",
-        };
-        refused += rs.evaluate(&req).interrupted.is_some() as usize;
+        refused += rs.evaluate(&request(r)).interrupted.is_some() as usize;
     }
     refused
 }
@@ -91,19 +110,7 @@ fn main() {
         let reqs: Vec<Req> = corpus
             .lines()
             .filter(|l| !l.trim().is_empty())
-            .map(|line| {
-                let v: serde_json::Value = serde_json::from_str(line).unwrap();
-                let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
-                let headers = v["headers"]
-                    .as_object()
-                    .map(|m| {
-                        m.iter()
-                            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                (s("method"), s("uri"), s("body"), headers)
-            })
+            .map(|line| parse(line).1)
             .collect();
         for pass in 1..=passes {
             let t = Instant::now();
@@ -120,28 +127,9 @@ fn main() {
     let t0 = Instant::now();
     let mut n = 0;
     for line in corpus.lines().filter(|l| !l.trim().is_empty()) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let (v, r) = parse(line);
         let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
-        let headers: Vec<(String, String)> = v["headers"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let (method, uri, body) = (s("method"), s("uri"), s("body"));
-        let req = Request {
-            method: &method,
-            uri: &uri,
-            protocol: "HTTP/1.1",
-            headers: headers
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect(),
-            body: body.as_bytes(),
-            remote_addr: "203.0.113.10",
-        };
+        let req = request(&r);
         let repeat: usize = std::env::var("REPEAT")
             .ok()
             .and_then(|r| r.parse().ok())
