@@ -70,12 +70,12 @@ type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
 pub(crate) struct Facts {
     info: (u16, Box<[u64]>),
     /// Set bits only ever get set; a thread that reads a bit another is setting at most
-    /// evaluates the rule again, with the same answer.
+    /// evaluates the rule again, with the same answer. Empty for a value the memo does not keep:
+    /// nothing is recorded for it.
     miss: Box<[AtomicU64]>,
 }
 
 impl Facts {
-    /// Facts with no room for misses: those of a value the memo does not keep.
     fn missed(&self, verdict: u32) -> bool {
         self.miss
             .get(verdict as usize / 64)
