@@ -123,11 +123,14 @@ impl Default for Shard {
 /// real traffic recur (header values, argument names, search terms): their facts are computed
 /// once, and a later request that carries them pays a hash, a lookup and one bit test per rule
 /// instead of the literal scan, the transformations and the operator. Keys are whole values,
-/// compared exactly; the hash is std's SipHash with a per-process random key, so a client cannot
-/// aim collisions at a shard. When a shard's newer generation is full it becomes the older and
-/// the oldest is dropped: memory stays bounded and values that keep recurring stay in.
+/// compared exactly, so a hash collision can never change a verdict; the hash is foldhash's
+/// (quality variant) under a per-process random seed, a third of SipHash's instructions on these
+/// short values. A client that found colliding values anyway could only evict entries or lengthen
+/// probes in a table of at most 512 values: the memo's gain lost, never an answer or a bound.
+/// When a shard's newer generation is full it becomes the older and the oldest is dropped: memory
+/// stays bounded and values that keep recurring stay in.
 pub(crate) struct ValueMemo {
-    hasher: std::collections::hash_map::RandomState,
+    hasher: foldhash::quality::RandomState,
     shards: Box<[Mutex<Shard>]>,
 }
 
@@ -207,12 +210,7 @@ impl ValueMemo {
 }
 
 impl Shard {
-    fn put(
-        &mut self,
-        h: u64,
-        e: (Box<[u8]>, Arc<Facts>),
-        hasher: &std::collections::hash_map::RandomState,
-    ) {
+    fn put(&mut self, h: u64, e: (Box<[u8]>, Arc<Facts>), hasher: &foldhash::quality::RandomState) {
         use std::hash::BuildHasher;
         if self.new.len() >= MEMO_ENTRIES {
             self.old = std::mem::take(&mut self.new);
