@@ -2,17 +2,22 @@
 //! (`json.a.b` names, as ModSecurity v3 and Coraza name them), multipart parts, cookies and the
 //! text of XML bodies.
 
+use std::borrow::Cow;
+
 use crate::transform::url_decode;
 
 /// Values without keys.
 pub type Values = Vec<Vec<u8>>;
 
-/// Name/value pairs (bytes, decoded).
-pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+/// A name and its value (bytes, decoded), borrowed from the request where they are as sent.
+pub type Pair<'a> = (Cow<'a, [u8]>, Cow<'a, [u8]>);
+
+/// Name/value pairs.
+pub type Pairs<'a> = Vec<Pair<'a>>;
 
 /// `a=1&b=2`: names and values URL-decoded (`+` is a space). A part without `=` is a name with an
 /// empty value.
-pub fn urlencoded(s: &[u8], out: &mut Pairs) {
+pub fn urlencoded<'a>(s: &'a [u8], out: &mut Pairs<'a>) {
     for part in s.split(|&c| c == b'&') {
         if part.is_empty() {
             continue;
@@ -21,15 +26,12 @@ pub fn urlencoded(s: &[u8], out: &mut Pairs) {
             Some(p) => (&part[..p], &part[p + 1..]),
             None => (part, &b""[..]),
         };
-        out.push((
-            url_decode(k, false).into_owned(),
-            url_decode(v, false).into_owned(),
-        ));
+        out.push((url_decode(k, false), url_decode(v, false)));
     }
 }
 
 /// `Cookie: a=1; b=2`: names and values as sent.
-pub fn cookies(s: &[u8], out: &mut Pairs) {
+pub fn cookies<'a>(s: &'a [u8], out: &mut Pairs<'a>) {
     for part in s.split(|&c| c == b';') {
         let part = trim(part);
         if part.is_empty() {
@@ -39,7 +41,7 @@ pub fn cookies(s: &[u8], out: &mut Pairs) {
             Some(p) => (&part[..p], &part[p + 1..]),
             None => (part, &b""[..]),
         };
-        out.push((trim(k).to_vec(), v.to_vec()));
+        out.push((Cow::Borrowed(trim(k)), Cow::Borrowed(v)));
     }
 }
 
@@ -58,7 +60,7 @@ fn trim(s: &[u8]) -> &[u8] {
 
 /// A JSON document flattened into `json.path.to.leaf` = value pairs (arrays by index). Returns
 /// false if the body is not JSON. Depth and leaf count are bounded.
-pub fn json(body: &[u8], out: &mut Pairs) -> bool {
+pub fn json(body: &[u8], out: &mut Pairs<'_>) -> bool {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return false;
     };
@@ -67,7 +69,7 @@ pub fn json(body: &[u8], out: &mut Pairs) -> bool {
     true
 }
 
-fn flatten(v: &serde_json::Value, name: &mut Vec<u8>, out: &mut Pairs, depth: usize) {
+fn flatten(v: &serde_json::Value, name: &mut Vec<u8>, out: &mut Pairs<'_>, depth: usize) {
     use serde_json::Value;
     if depth > 32 || out.len() > 4096 {
         return;
@@ -90,18 +92,18 @@ fn flatten(v: &serde_json::Value, name: &mut Vec<u8>, out: &mut Pairs, depth: us
                 name.truncate(len);
             }
         }
-        Value::String(s) => out.push((name.clone(), s.as_bytes().to_vec())),
-        Value::Null => out.push((name.clone(), Vec::new())),
-        other => out.push((name.clone(), other.to_string().into_bytes())),
+        Value::String(s) => out.push((name.clone().into(), s.as_bytes().to_vec().into())),
+        Value::Null => out.push((name.clone().into(), Cow::Borrowed(&b""[..]))),
+        other => out.push((name.clone().into(), other.to_string().into_bytes().into())),
     }
 }
 
 /// What a multipart body holds.
 #[derive(Default, Debug)]
 pub struct Multipart {
-    pub args: Pairs,
+    pub args: Pairs<'static>,
     /// (field name, file name) of each file part.
-    pub files: Pairs,
+    pub files: Pairs<'static>,
     /// Every part header line, as `Name: value`.
     pub part_headers: Vec<Vec<u8>>,
     pub strict_error: bool,
@@ -174,8 +176,8 @@ pub fn multipart(content_type: &str, body: &[u8]) -> Multipart {
             }
         }
         match filename {
-            Some(f) => m.files.push((name, f)),
-            None => m.args.push((name, data.to_vec())),
+            Some(f) => m.files.push((name.into(), f.into())),
+            None => m.args.push((name.into(), data.to_vec().into())),
         }
     }
     m
@@ -318,12 +320,16 @@ fn entities(v: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    fn owned(p: &Pairs<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
+        p.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
+    }
+
     #[test]
     fn forms_and_cookies() {
         let mut p = Pairs::new();
         urlencoded(b"a=1+2&b=%27x&&flag", &mut p);
         assert_eq!(
-            p,
+            owned(&p),
             vec![
                 (b"a".to_vec(), b"1 2".to_vec()),
                 (b"b".to_vec(), b"'x".to_vec()),
@@ -332,16 +338,20 @@ mod tests {
         );
         let mut c = Pairs::new();
         cookies(b"s=abc; t = 1;x", &mut c);
-        assert_eq!(c[1], (b"t".to_vec(), b" 1".to_vec()));
-        assert_eq!(c[2].0, b"x".to_vec());
+        assert_eq!(owned(&c)[1], (b"t".to_vec(), b" 1".to_vec()));
+        assert_eq!(&*c[2].0, b"x");
+        // As sent: borrowed from the header, not copied.
+        assert!(c
+            .iter()
+            .all(|(k, v)| matches!((k, v), (Cow::Borrowed(_), Cow::Borrowed(_)))));
     }
 
     #[test]
     fn json_is_flattened() {
         let mut p = Pairs::new();
         assert!(json(br#"{"a":{"b":["x",2]},"c":null}"#, &mut p));
-        assert_eq!(p[0], (b"json.a.b.0".to_vec(), b"x".to_vec()));
-        assert_eq!(p[1], (b"json.a.b.1".to_vec(), b"2".to_vec()));
+        assert_eq!(owned(&p)[0], (b"json.a.b.0".to_vec(), b"x".to_vec()));
+        assert_eq!(owned(&p)[1], (b"json.a.b.1".to_vec(), b"2".to_vec()));
         assert!(!json(b"a=1", &mut p));
     }
 
@@ -349,8 +359,8 @@ mod tests {
     fn multipart_parts() {
         let body = b"--XX\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nval\r\n--XX\r\nContent-Disposition: form-data; name=\"f\"; filename=\"x.php\"\r\nContent-Type: text/plain\r\n\r\n<?php\r\n--XX--\r\n";
         let m = multipart("multipart/form-data; boundary=XX", body);
-        assert_eq!(m.args, vec![(b"a".to_vec(), b"val".to_vec())]);
-        assert_eq!(m.files, vec![(b"f".to_vec(), b"x.php".to_vec())]);
+        assert_eq!(owned(&m.args), vec![(b"a".to_vec(), b"val".to_vec())]);
+        assert_eq!(owned(&m.files), vec![(b"f".to_vec(), b"x.php".to_vec())]);
         assert_eq!(m.part_headers.len(), 3);
     }
 

@@ -13,7 +13,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use crate::body::{self, Pairs};
+use crate::body::{self, Pair, Pairs};
 use crate::compile::{Ctl, Disruptive, Item, Rule, SetVar};
 use crate::ops::{self, NumOp, Op, Param, Part};
 use crate::transform::Transform;
@@ -231,13 +231,14 @@ type RemovedTarget = (Option<Vec<(u32, u32)>>, Option<String>, Var, Selector);
 
 pub(crate) struct Tx<'r> {
     rs: &'r Ruleset,
-    members: Pairs,
+    members: Pairs<'r>,
     cols: [Range<u32>; N_COLS],
-    singles: Vec<Vec<u8>>,
+    /// Single variables, borrowed from the request where they are as sent.
+    singles: Vec<Cow<'r, [u8]>>,
     tx: TxVars<'r>,
     matched_var: Vec<u8>,
     matched_var_name: Vec<u8>,
-    matched_vars: Pairs,
+    matched_vars: Vec<(Vec<u8>, Vec<u8>)>,
     removed_ids: Vec<(u32, u32)>,
     removed_tags: Vec<String>,
     removed_targets: Vec<RemovedTarget>,
@@ -265,15 +266,15 @@ fn lower(s: &[u8]) -> Vec<u8> {
     s.to_ascii_lowercase()
 }
 
-fn push_range(members: &mut Pairs, items: Pairs) -> Range<u32> {
+fn push_range<'r>(members: &mut Pairs<'r>, items: Pairs<'r>) -> Range<u32> {
     let a = members.len() as u32;
     members.extend(items);
     a..members.len() as u32
 }
 
 impl<'r> Tx<'r> {
-    pub(crate) fn new(rs: &'r Ruleset, req: &Request<'_>) -> Tx<'r> {
-        let mut singles = vec![Vec::new(); N_VARS];
+    pub(crate) fn new(rs: &'r Ruleset, req: &Request<'r>) -> Tx<'r> {
+        let mut singles: Vec<Cow<'r, [u8]>> = vec![Cow::Borrowed(&b""[..]); N_VARS];
         let uri = req.uri.as_bytes();
         let (path, query) = match uri.iter().position(|&c| c == b'?') {
             Some(p) => (&uri[..p], &uri[p + 1..]),
@@ -291,7 +292,7 @@ impl<'r> Tx<'r> {
         let mut ctype = String::new();
         let mut ctype_raw = "";
         for (k, v) in &req.headers {
-            headers.push((k.as_bytes().to_vec(), v.as_bytes().to_vec()));
+            headers.push((Cow::Borrowed(k.as_bytes()), Cow::Borrowed(v.as_bytes())));
             if k.eq_ignore_ascii_case("cookie") {
                 body::cookies(v.as_bytes(), &mut cookies);
             } else if k.eq_ignore_ascii_case("content-type") {
@@ -321,28 +322,35 @@ impl<'r> Tx<'r> {
                     .into_iter()
                     .map(|h| {
                         let n = h.iter().position(|&c| c == b':').unwrap_or(h.len());
-                        (h[..n].to_vec(), h)
+                        (Cow::Owned(h[..n].to_vec()), Cow::Owned(h))
                     })
                     .collect();
                 if m.strict_error {
-                    singles[Var::MultipartStrictError as usize] = b"1".to_vec();
+                    singles[Var::MultipartStrictError as usize] = Cow::Borrowed(b"1");
                 }
             } else if ctype.contains("json") || (ctype.is_empty() && looks_json) {
                 processor = b"JSON";
                 if !body::json(b, &mut post) {
-                    singles[Var::ReqbodyError as usize] = b"1".to_vec();
-                    singles[Var::ReqbodyErrorMsg as usize] = b"JSON parsing error".to_vec();
+                    singles[Var::ReqbodyError as usize] = Cow::Borrowed(b"1");
+                    singles[Var::ReqbodyErrorMsg as usize] = Cow::Borrowed(b"JSON parsing error");
                 }
             } else if ctype.contains("xml") {
                 processor = b"XML";
                 match body::xml(b) {
                     Some((t, a)) => {
-                        xml = t.into_iter().map(|v| (Vec::new(), v)).collect();
-                        xml_attrs = a.into_iter().map(|v| (Vec::new(), v)).collect();
+                        xml = t
+                            .into_iter()
+                            .map(|v| (Cow::Borrowed(&b""[..]), Cow::Owned(v)))
+                            .collect();
+                        xml_attrs = a
+                            .into_iter()
+                            .map(|v| (Cow::Borrowed(&b""[..]), Cow::Owned(v)))
+                            .collect();
                     }
                     None => {
-                        singles[Var::ReqbodyError as usize] = b"1".to_vec();
-                        singles[Var::ReqbodyErrorMsg as usize] = b"XML parsing error".to_vec();
+                        singles[Var::ReqbodyError as usize] = Cow::Borrowed(b"1");
+                        singles[Var::ReqbodyErrorMsg as usize] =
+                            Cow::Borrowed(b"XML parsing error");
                     }
                 }
             } else if ctype.starts_with("application/x-www-form-urlencoded") || ctype.is_empty() {
@@ -371,10 +379,10 @@ impl<'r> Tx<'r> {
             Var::ReqbodyError,
         ] {
             if singles[v as usize].is_empty() {
-                singles[v as usize] = b"0".to_vec();
+                singles[v as usize] = Cow::Borrowed(b"0");
             }
         }
-        singles[Var::ReqbodyProcessor as usize] = processor.to_vec();
+        singles[Var::ReqbodyProcessor as usize] = Cow::Borrowed(processor);
         let basename = match path.iter().rposition(|&c| c == b'/' || c == b'\\') {
             Some(p) if p + 1 < path.len() => &path[p + 1..],
             _ => path,
@@ -382,24 +390,24 @@ impl<'r> Tx<'r> {
         // The path as the application sees it: percent-decoded (a `+` stays a `+`).
         singles[Var::RequestFilename as usize] = percent_decode(path);
         singles[Var::RequestBasename as usize] = percent_decode(basename);
-        singles[Var::RequestUri as usize] = uri.to_vec();
-        singles[Var::RequestUriRaw as usize] = uri.to_vec();
-        singles[Var::QueryString as usize] = query.to_vec();
-        singles[Var::RequestMethod as usize] = req.method.as_bytes().to_vec();
-        singles[Var::RequestProtocol as usize] = req.protocol.as_bytes().to_vec();
+        singles[Var::RequestUri as usize] = Cow::Borrowed(uri);
+        singles[Var::RequestUriRaw as usize] = Cow::Borrowed(uri);
+        singles[Var::QueryString as usize] = Cow::Borrowed(query);
+        singles[Var::RequestMethod as usize] = Cow::Borrowed(req.method.as_bytes());
+        singles[Var::RequestProtocol as usize] = Cow::Borrowed(req.protocol.as_bytes());
         singles[Var::RequestLine as usize] =
-            format!("{} {} {}", req.method, req.uri, req.protocol).into_bytes();
+            Cow::Owned(format!("{} {} {}", req.method, req.uri, req.protocol).into_bytes());
         // As in ModSecurity, the raw body is a variable only where no structured processor read
         // it (URL-encoded forms, unknown types); JSON, XML and multipart bodies are read as ARGS,
         // XML and FILES.
         if processor == b"URLENCODED" || processor.is_empty() {
-            singles[Var::RequestBody as usize] = b.to_vec();
+            singles[Var::RequestBody as usize] = Cow::Borrowed(b);
         }
-        singles[Var::RequestBodyLength as usize] = b.len().to_string().into_bytes();
-        singles[Var::RemoteAddr as usize] = req.remote_addr.as_bytes().to_vec();
-        singles[Var::UniqueId as usize] = b"0".to_vec();
-        singles[Var::ArgsCombinedSize as usize] = combined.to_string().into_bytes();
-        singles[Var::FilesCombinedSize as usize] = b"0".to_vec();
+        singles[Var::RequestBodyLength as usize] = Cow::Owned(b.len().to_string().into_bytes());
+        singles[Var::RemoteAddr as usize] = Cow::Borrowed(req.remote_addr.as_bytes());
+        singles[Var::UniqueId as usize] = Cow::Borrowed(b"0");
+        singles[Var::ArgsCombinedSize as usize] = Cow::Owned(combined.to_string().into_bytes());
+        singles[Var::FilesCombinedSize as usize] = Cow::Borrowed(b"0");
         Tx {
             rs,
             members,
@@ -411,7 +419,7 @@ impl<'r> Tx<'r> {
             },
             matched_var: Vec::new(),
             matched_var_name: Vec::new(),
-            matched_vars: Pairs::new(),
+            matched_vars: Vec::new(),
             removed_ids: Vec::new(),
             removed_tags: Vec::new(),
             removed_targets: Vec::new(),
@@ -1182,11 +1190,11 @@ impl<'r> Tx<'r> {
 
     /// A macro's value (`None`: it names nothing, and expands to nothing).
     fn macro_value(&self, c: &str, k: Option<&str>) -> Option<Cow<'_, [u8]>> {
-        fn find<'a>(pairs: &'a [(Vec<u8>, Vec<u8>)], k: &str) -> Option<&'a [u8]> {
+        fn find<'a>(pairs: &'a [Pair<'_>], k: &str) -> Option<&'a [u8]> {
             pairs
                 .iter()
                 .find(|(n, _)| n.eq_ignore_ascii_case(k.as_bytes()))
-                .map(|(_, v)| v.as_slice())
+                .map(|(_, v)| &**v)
         }
         let v: &[u8] = match (c, k) {
             ("tx", Some(k)) => self.tx.get(k.as_bytes())?,
@@ -1202,7 +1210,7 @@ impl<'r> Tx<'r> {
             ("request_cookies", Some(k)) => find(&self.members[self.col(Col::Cookies)], k)?,
             (name, None) => Var::by_name(name)
                 .filter(|v| v.is_single())
-                .map(|v| self.singles[v as usize].as_slice())?,
+                .map(|v| &*self.singles[v as usize])?,
             _ => return None,
         };
         Some(Cow::Borrowed(v))
@@ -1222,9 +1230,9 @@ fn var_name(v: Var) -> &'static str {
     v.name()
 }
 
-fn percent_decode(v: &[u8]) -> Vec<u8> {
+fn percent_decode(v: &[u8]) -> Cow<'_, [u8]> {
     if !v.contains(&b'%') {
-        return v.to_vec();
+        return Cow::Borrowed(v);
     }
     let mut o = Vec::with_capacity(v.len());
     let mut i = 0;
@@ -1242,7 +1250,7 @@ fn percent_decode(v: &[u8]) -> Vec<u8> {
         o.push(v[i]);
         i += 1;
     }
-    o
+    Cow::Owned(o)
 }
 
 /// `@rx`: a cheap yes/no first; the groups only for a match of a rule that captures.
