@@ -14,7 +14,15 @@
 //! start, so each request meets only what the requests before it left (session cookies, form
 //! values and bodies are new each time): the figure for live traffic of this kind.
 //!
+//! It allocates with the server binary's allocator (mimalloc, as `rampart` does): a judged request
+//! makes about 140 short-lived allocations, and the figure should be what the server pays.
+//! `--features bench-system-alloc` measures with the system allocator instead.
+//!
 //! Run: `cargo bench -p rampart-core --bench crs` (target: ≤ 20 µs per benign request at PL1).
+
+#[cfg(not(feature = "bench-system-alloc"))]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};

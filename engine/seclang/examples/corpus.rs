@@ -124,7 +124,8 @@ fn main() {
         return;
     }
     let mut by: BTreeMap<String, (u32, u32)> = BTreeMap::new();
-    let t0 = Instant::now();
+    // Only the judging is timed: not the reading of the corpus's JSON, nor the printing.
+    let mut judging = std::time::Duration::ZERO;
     let mut n = 0;
     for line in corpus.lines().filter(|l| !l.trim().is_empty()) {
         let (v, r) = parse(line);
@@ -145,7 +146,9 @@ fn main() {
                 t.elapsed().as_secs_f64() * 1e6 / repeat as f64
             );
         }
+        let t = Instant::now();
         let o = rs.evaluate(&req);
+        judging += t.elapsed();
         n += 1;
         // FTW=1: did the test's own rule fire (what the CRS regression suite checks)?
         let refused = if std::env::var("FTW").is_ok() {
@@ -194,11 +197,10 @@ fn main() {
             );
         }
     }
-    let dt = t0.elapsed();
     println!(
         "{} rules at PL{pl}, threshold {threshold}: {n} requests, {:.1} µs each",
         rs.rule_count(),
-        dt.as_secs_f64() * 1e6 / n as f64
+        judging.as_secs_f64() * 1e6 / n as f64
     );
     for (k, (hit, total)) in &by {
         println!(
