@@ -8,6 +8,14 @@
 //! files after the CRS's; `PASSES=N` only times N passes over the corpus (with `COLD=1`, the
 //! set's value memo emptied before each request); `FEATURES`, `VERBOSE`, `FTW`, `REPEAT` print
 //! more (see below).
+//!
+//! It allocates with the server binary's allocator (mimalloc); `--features example-system-alloc`
+//! builds it with the system's (the instruction counts in docs/waf.md before this revision were
+//! taken with the system allocator).
+
+#[cfg(not(feature = "example-system-alloc"))]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::collections::BTreeMap;
 use std::time::Instant;
