@@ -6,8 +6,10 @@
 //!
 //! Environment: `SKIP=920-,…` leaves out files whose names contain these; `EXTRA=a.conf,…` loads
 //! files after the CRS's; `PASSES=N` only times N passes over the corpus (with `COLD=1`, the
-//! set's value memo emptied before each request); `FEATURES`, `VERBOSE`, `FTW`, `REPEAT` print
-//! more (see below).
+//! set's value memo and the libinjection memo emptied before each request); `STEADY=1` judges
+//! the corpus once untimed, then times each request with those memos emptied (a running server
+//! meeting requests it has not seen); `FEATURES`, `VERBOSE`, `FTW`, `REPEAT` print more (see
+//! below).
 //!
 //! It allocates with the server binary's allocator (mimalloc); `--features example-system-alloc`
 //! builds it with the system's (the instruction counts in docs/waf.md before this revision were
@@ -55,6 +57,13 @@ fn request((method, uri, body, headers): &Req) -> Request<'_> {
     }
 }
 
+/// Empties what the engine remembers of values: the set's memo and this thread's libinjection
+/// verdicts (the regexes' lazily built automata stay, as in a server that has been running).
+fn forget(rs: &Ruleset) {
+    rs.clear_memo();
+    rampart_seclang::ops::clear_memo();
+}
+
 /// One pass over the requests; the number refused. Not inlined, so that a profiler can count
 /// this function alone (`valgrind --tool=callgrind --toggle-collect='corpus::run_pass'`).
 #[inline(never)]
@@ -64,7 +73,7 @@ fn run_pass(rs: &Ruleset, reqs: &[Req]) -> usize {
     let mut refused = 0;
     for r in reqs {
         if cold {
-            rs.clear_memo();
+            forget(rs);
         }
         refused += rs.evaluate(&request(r)).interrupted.is_some() as usize;
     }
@@ -131,6 +140,18 @@ fn main() {
         }
         return;
     }
+    // STEADY=1: as a server that has been running meets these requests: one untimed pass first
+    // (the regexes' lazy automata built), then each timed request judged with the value memos
+    // empty, so that no request is helped by having been seen before.
+    let steady = std::env::var_os("STEADY").is_some();
+    if steady {
+        let reqs: Vec<Req> = corpus
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|line| parse(line).1)
+            .collect();
+        run_pass(&rs, &reqs);
+    }
     let mut by: BTreeMap<String, (u32, u32)> = BTreeMap::new();
     // Only the judging is timed: not the reading of the corpus's JSON, nor the printing.
     let mut judging = std::time::Duration::ZERO;
@@ -153,6 +174,9 @@ fn main() {
                 s("id"),
                 t.elapsed().as_secs_f64() * 1e6 / repeat as f64
             );
+        }
+        if steady {
+            forget(&rs);
         }
         let t = Instant::now();
         let o = rs.evaluate(&req);
