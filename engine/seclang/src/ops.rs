@@ -782,6 +782,23 @@ mod tests {
         assert!(bad_url_encoding(b"a%2") && bad_url_encoding(b"%zz") && !bad_url_encoding(b"%20a"));
     }
 
+    /// `n` strings of 1 to `most` parts each, drawn from `parts` by a fixed-seed LCG.
+    fn generated(parts: &[&str], seed: u64, most: u64, n: usize) -> Vec<String> {
+        let mut seed = seed;
+        (0..n)
+            .map(|_| {
+                let mut w = String::new();
+                for _ in 0..(seed % most + 1) {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    w.push_str(parts[(seed >> 33) as usize % parts.len()]);
+                }
+                w
+            })
+            .collect()
+    }
+
     #[test]
     fn the_one_word_shortcut_agrees_with_libinjection() {
         for w in [
@@ -819,15 +836,7 @@ mod tests {
             "a", "b", "1", "0x", ".", "_", "select", "union", "or", "and", "sleep", "from", "e",
             "$", "9",
         ];
-        let mut seed = 7u64;
-        for _ in 0..20000 {
-            let mut w = String::new();
-            for _ in 0..(seed % 6 + 1) {
-                seed = seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                w.push_str(parts[(seed >> 33) as usize % parts.len()]);
-            }
+        for w in generated(&parts, 7, 6, 20000) {
             if one_word(w.as_bytes()) {
                 assert!(
                     !libinjectionrs::detect_sqli(w.as_bytes()).is_injection(),
@@ -868,15 +877,8 @@ mod tests {
             "c-3f9a",
             "2b",
         ];
-        let (mut seed, mut hits) = (11u64, 0);
-        for _ in 0..20000 {
-            let mut w = String::new();
-            for _ in 0..(seed % 9 + 1) {
-                seed = seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                w.push_str(parts[(seed >> 33) as usize % parts.len()]);
-            }
+        let mut hits = 0;
+        for w in generated(&parts, 11, 9, 20000) {
             let d = libinjectionrs::detect_sqli(w.as_bytes());
             let (hit, fp) = sqli(w.as_bytes());
             assert_eq!(hit, d.is_injection(), "{w}");
