@@ -57,6 +57,15 @@ fn request((method, uri, body, headers): &Req) -> Request<'_> {
     }
 }
 
+/// Every request of the corpus.
+fn requests(corpus: &str) -> Vec<Req> {
+    corpus
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| parse(line).1)
+        .collect()
+}
+
 /// Empties what the engine remembers of values: the set's memo and this thread's libinjection
 /// verdicts (the regexes' lazily built automata stay, as in a server that has been running).
 fn forget(rs: &Ruleset) {
@@ -124,11 +133,7 @@ fn main() {
         .ok()
         .and_then(|p| p.parse::<usize>().ok())
     {
-        let reqs: Vec<Req> = corpus
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|line| parse(line).1)
-            .collect();
+        let reqs = requests(&corpus);
         for pass in 1..=passes {
             let t = Instant::now();
             let refused = run_pass(&rs, &reqs);
@@ -145,12 +150,7 @@ fn main() {
     // empty, so that no request is helped by having been seen before.
     let steady = std::env::var_os("STEADY").is_some();
     if steady {
-        let reqs: Vec<Req> = corpus
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|line| parse(line).1)
-            .collect();
-        run_pass(&rs, &reqs);
+        run_pass(&rs, &requests(&corpus));
     }
     let mut by: BTreeMap<String, (u32, u32)> = BTreeMap::new();
     // Only the judging is timed: not the reading of the corpus's JSON, nor the printing.
