@@ -2,7 +2,6 @@
 //! `auth_request`, Envoy `ext_authz` HTTP service, Traefik `ForwardAuth`). Pure, so that it can be
 //! fuzzed: every header comes from the proxy, and most of them from the end user.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 
 use crate::model::{DecideRequest, JudgedRequest};
@@ -287,7 +286,7 @@ impl CheckRequest<'_> {
         }
         let ip = self.client_ip(&trust.proxies);
         // Last value wins, as in a header map.
-        let mut headers: HashMap<String, String> = self
+        let mut headers: crate::model::Headers = self
             .headers
             .iter()
             .map(|(n, v)| (n.to_ascii_lowercase(), v.to_string()))

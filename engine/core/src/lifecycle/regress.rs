@@ -155,7 +155,7 @@ impl Sample {
             Some((p, q)) => (p.to_string(), q.to_string()),
             None => (uri.clone(), String::new()),
         };
-        let headers: std::collections::HashMap<String, String> = v
+        let headers: crate::model::Headers = v
             .get("headers")
             .and_then(Value::as_object)
             .map(|m| {
