@@ -160,6 +160,12 @@ impl Signer {
 mod tests {
     use super::*;
 
+    /// The constant the engine uses for an empty or absent body is the hash it stands for.
+    #[test]
+    fn the_empty_body_constant_is_the_hash_of_nothing() {
+        assert_eq!(EMPTY_BODY_SHA256, body_sha256_hex(b""));
+    }
+
     fn vector() -> (String, SignedFields<'static>) {
         let body = br#"{"order":"A1","amount":100}"#;
         let hash: &'static str = Box::leak(body_sha256_hex(body).into_boxed_str());
