@@ -702,13 +702,15 @@ impl SlicedBloom {
     pub fn stats(&self, now_ms: i64) -> BloomStats {
         let mut worst = (0.0f64, 0.0f64, 0.0f64); // fill, fp, entries
         let stride = (self.nblocks as usize / 1024).max(1);
+        let per_word = (self.design.k / 8).max(1) as i32;
+        // (ones / 64)^(k/8) for each count of ones in a word, computed once per call.
+        let hit: [f64; 65] = std::array::from_fn(|ones| (ones as f64 / 64.0).powi(per_word));
         for (idx, slot) in self.slots.iter().enumerate() {
             let s = slot.slice.load(Ordering::Acquire);
             if s == NO_SLICE || now_ms >= self.expiry_of(s) {
                 continue;
             }
             let (mut bits, mut fp, mut n) = (0u64, 0.0f64, 0usize);
-            let per_word = (self.design.k / 8).max(1) as i32;
             for b in self.blocks_of(idx).iter().step_by(stride) {
                 // A query hits when each word has its k/8 probes set: Π_w (ones_w / 64)^(k/8).
                 let mut block_fp = 1.0f64;
@@ -716,7 +718,7 @@ impl SlicedBloom {
                     let v = w.load(Ordering::Relaxed);
                     let ones = (if i == 7 { v & !LOCK } else { v }).count_ones();
                     bits += ones as u64;
-                    block_fp *= (ones as f64 / 64.0).powi(per_word);
+                    block_fp *= hit[ones as usize];
                 }
                 fp += block_fp;
                 n += 1;
@@ -739,7 +741,9 @@ impl SlicedBloom {
         }
         let cap = self.cfg.capacity_per_slice();
         BloomStats {
-            memory_bytes: self.cfg.memory_bytes(),
+            // What `SlicedBloomConfig::memory_bytes` computes, from the sizes made at construction
+            // (that one searches the design again: milliseconds, once a second).
+            memory_bytes: self.slots.len() as u64 * self.nblocks * (BLOCK_BITS as u64 / 8),
             slots: self.slots.len(),
             capacity_per_slice: cap,
             fill_ratio: worst.0,

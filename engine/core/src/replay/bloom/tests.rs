@@ -119,6 +119,7 @@ fn measured_fp_at_design_load_is_within_target() {
     assert!(measured <= target * 1.25, "measured {measured}");
     let st = f.stats(ts);
     assert!(!st.overloaded, "{st:?}");
+    assert_eq!(st.memory_bytes, c.memory_bytes());
     assert!(
         (st.estimated_entries / cap as f64 - 1.0).abs() < 0.1,
         "{st:?}"
