@@ -10,6 +10,31 @@
 
 use super::vocabulary;
 
+/// Which ASCII bytes a value holds, found in one pass: most of this detector's checks need a
+/// particular punctuation mark (`$`, `(`, `%`, a separator…), and a search for a marker costs far
+/// more than looking the mark up here first (a search for each of the ten `${…` markers, the
+/// nine `%…%` variables and six `if …` forms was most of the time spent on a search term).
+#[derive(Clone, Copy)]
+struct Marks(u128);
+
+impl Marks {
+    fn of(v: &str) -> Marks {
+        Marks(
+            v.bytes()
+                .filter(u8::is_ascii)
+                .fold(0u128, |m, b| m | 1u128 << b),
+        )
+    }
+
+    fn has(self, b: u8) -> bool {
+        b.is_ascii() && self.0 & 1u128 << b != 0
+    }
+
+    fn any(self, bs: &[u8]) -> bool {
+        bs.iter().any(|&b| self.has(b))
+    }
+}
+
 /// Commands that are evidence on their own after a shell separator.
 const STRONG_COMMANDS: &[&str] = &[
     "id",
@@ -228,9 +253,6 @@ fn empty_expansion(b: &[u8], i: usize) -> bool {
     glued || (command_position && b.get(end).is_some_and(|c| c.is_ascii_whitespace()))
 }
 
-/// Shell syntax that is evidence without a command name: `${IFS}`-style expansions, arithmetic
-/// `$((…))`, process substitution `<(…)`, brace expansion of a command (`{cat,/etc/passwd}`),
-/// history (`!-2`) and alias invocation, and Windows `FOR /F` / `IF EXIST` batch syntax.
 /// `/???/??t`, `/e*c/pa*wd`: an absolute path whose segments are letters, digits and wildcards.
 fn glob_path(word: &str) -> bool {
     let Some(rest) = word.strip_prefix('/') else {
@@ -245,14 +267,20 @@ fn glob_path(word: &str) -> bool {
         })
 }
 
-pub(super) fn shell_syntax(lower: &str) -> bool {
+/// Shell syntax that is evidence without a command name: `${IFS}`-style expansions, arithmetic
+/// `$((…))`, process substitution `<(…)`, brace expansion of a command (`{cat,/etc/passwd}`),
+/// history (`!-2`) and alias invocation, and Windows `FOR /F` / `IF EXIST` batch syntax.
+///
+/// `marks` are the [`Marks`] of `lower`: each check that needs a mark is skipped when the value
+/// does not hold it.
+fn shell_syntax(lower: &str, marks: Marks) -> bool {
     const MARKERS: &[&str] = &[
         "${ifs", "$ifs$", "$((", "${path:", "${home:", "${shell", "${pwd", "${@", "${#", "${!",
     ];
-    if MARKERS.iter().any(|m| lower.contains(m)) {
+    if marks.has(b'$') && MARKERS.iter().any(|m| lower.contains(m)) {
         return true;
     }
-    if (lower.contains("<(") || lower.contains(">(")) && lower.contains(')') {
+    if marks.has(b'(') && (lower.contains("<(") || lower.contains(">(")) && lower.contains(')') {
         let inner = lower
             .split(['<', '>'])
             .skip(1)
@@ -279,16 +307,17 @@ pub(super) fn shell_syntax(lower: &str) -> bool {
         return true;
     }
     // Tilde expansion to the directory stack (`cat ~+/x`, `cd ~-`): a word of its own.
-    let tilde = ["~+", "~-"].iter().any(|t| {
-        lower.match_indices(t).any(|(i, _)| {
-            let before = lower[..i].chars().last();
-            let after = lower[i + 2..].chars().next();
-            matches!(
-                before,
-                None | Some(' ' | '\t' | ';' | '|' | '&' | '`' | '(' | '=')
-            ) && matches!(after, None | Some('/' | ' ' | '\t' | ';' | '|' | '&' | ')'))
-        })
-    });
+    let tilde = marks.has(b'~')
+        && ["~+", "~-"].iter().any(|t| {
+            lower.match_indices(t).any(|(i, _)| {
+                let before = lower[..i].chars().last();
+                let after = lower[i + 2..].chars().next();
+                matches!(
+                    before,
+                    None | Some(' ' | '\t' | ';' | '|' | '&' | '`' | '(' | '=')
+                ) && matches!(after, None | Some('/' | ' ' | '\t' | ';' | '|' | '&' | ')'))
+            })
+        });
     if tilde {
         return true;
     }
@@ -302,19 +331,20 @@ pub(super) fn shell_syntax(lower: &str) -> bool {
         return true;
     }
     // A shell function defined and run (`f(){ f|f& };f`, the fork bomb): a name, `()`, a brace.
-    let function = lower.match_indices("()").any(|(i, _)| {
-        let name = lower[..i].trim_end();
-        let name_ok = name
-            .chars()
-            .last()
-            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '.');
-        let body = lower[i + 2..].trim_start();
-        name_ok
-            && body.starts_with('{')
-            && body
-                .find('}')
-                .is_some_and(|end| body[1..end].contains(['|', '&', ';']))
-    });
+    let function = marks.has(b'(')
+        && lower.match_indices("()").any(|(i, _)| {
+            let name = lower[..i].trim_end();
+            let name_ok = name
+                .chars()
+                .last()
+                .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '.');
+            let body = lower[i + 2..].trim_start();
+            name_ok
+                && body.starts_with('{')
+                && body
+                    .find('}')
+                    .is_some_and(|end| body[1..end].contains(['|', '&', ';']))
+        });
     if function {
         return true;
     }
@@ -334,54 +364,58 @@ pub(super) fn shell_syntax(lower: &str) -> bool {
     if history {
         return true;
     }
-    // `alias x=…`, `unalias x`.
-    let alias = ["alias ", "unalias "].iter().any(|a| {
-        lower.match_indices(a).any(|(i, m)| {
-            let before = lower[..i].trim_end().chars().last();
-            let word: String = lower[i + m.len()..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            matches!(
-                before,
-                None | Some(';') | Some('|') | Some('&') | Some('`') | Some('(')
-            ) && !word.is_empty()
-                && (a.starts_with('u') || lower[i + m.len() + word.len()..].starts_with('='))
-        })
-    });
+    // `alias x=…`, `unalias x` (the second holds the first: one search rules both out).
+    let alias = lower.contains("alias ")
+        && ["alias ", "unalias "].iter().any(|a| {
+            lower.match_indices(a).any(|(i, m)| {
+                let before = lower[..i].trim_end().chars().last();
+                let word: String = lower[i + m.len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                matches!(
+                    before,
+                    None | Some(';') | Some('|') | Some('&') | Some('`') | Some('(')
+                ) && !word.is_empty()
+                    && (a.starts_with('u') || lower[i + m.len() + word.len()..].starts_with('='))
+            })
+        });
     if alias {
         return true;
     }
     // Windows batch: `for /f … in (…) do`, `if exist …`, `if not defined …`.
-    let batch_for = lower.match_indices("for /").any(|(i, m)| {
-        lower
-            .as_bytes()
-            .get(i + m.len())
-            .is_some_and(|c| matches!(c, b'f' | b'l' | b'r' | b'd'))
-            && lower[i..].contains(" in (")
-            && lower[i..].contains(" do ")
-    });
-    let batch_if = [
-        "if exist ",
-        "if not exist ",
-        "if defined ",
-        "if not defined ",
-        "if errorlevel ",
-        "if %",
-    ]
-    .iter()
-    .any(|p| {
-        lower.match_indices(p).any(|(i, _)| {
-            matches!(
-                lower[..i].trim_end().chars().last(),
-                None | Some('&') | Some('|') | Some(';') | Some('(')
-            )
-        })
-    });
+    let batch_for = marks.has(b'/')
+        && lower.match_indices("for /").any(|(i, m)| {
+            lower
+                .as_bytes()
+                .get(i + m.len())
+                .is_some_and(|c| matches!(c, b'f' | b'l' | b'r' | b'd'))
+                && lower[i..].contains(" in (")
+                && lower[i..].contains(" do ")
+        });
+    // Every form begins `if ` (one search rules them all out).
+    let batch_if = lower.contains("if ")
+        && [
+            "if exist ",
+            "if not exist ",
+            "if defined ",
+            "if not defined ",
+            "if errorlevel ",
+            "if %",
+        ]
+        .iter()
+        .any(|p| {
+            lower.match_indices(p).any(|(i, _)| {
+                matches!(
+                    lower[..i].trim_end().chars().last(),
+                    None | Some('&') | Some('|') | Some(';') | Some('(')
+                )
+            })
+        });
     if batch_for || batch_if {
         return true;
     }
-    windows_command_line(lower)
+    windows_command_line(lower, marks)
 }
 
 /// PowerShell aliases that run or fetch code (`iex`, `iwr`, `saps`), after a separator.
@@ -413,7 +447,7 @@ const CMD_BUILTINS: &[&str] = &[
 
 /// A Windows command line after a separator: a PowerShell alias, or a cmd.exe built-in with a
 /// Windows path or variable; `%comspec%`-style variables anywhere.
-fn windows_command_line(lower: &str) -> bool {
+fn windows_command_line(lower: &str, marks: Marks) -> bool {
     const VARS: &[&str] = &[
         "%comspec%",
         "%systemroot%",
@@ -425,8 +459,11 @@ fn windows_command_line(lower: &str) -> bool {
         "%homedrive%",
         "%systemdrive%",
     ];
-    if VARS.iter().any(|v| lower.contains(v)) {
+    if marks.has(b'%') && VARS.iter().any(|v| lower.contains(v)) {
         return true;
+    }
+    if !marks.any(b";|&\n") {
+        return false; // no separator for a command to follow
     }
     let b = lower.as_bytes();
     (0..b.len()).any(|i| {
@@ -460,15 +497,19 @@ pub(super) fn cmdi(v: &str) -> bool {
     if vocab.shell_tokens.is_match(v) {
         return true;
     }
-    let trimmed = v.trim_start();
-    if trimmed.starts_with("() {")
-        || trimmed.starts_with("(){")
-        || v.contains("() { :;}")
-        || v.contains("(){:;}")
-    {
-        return true; // Shellshock
+    // Lower-casing changes letters only: the marks of `v` are those of its lower case.
+    let marks = Marks::of(v);
+    if marks.has(b'(') {
+        let trimmed = v.trim_start();
+        if trimmed.starts_with("() {")
+            || trimmed.starts_with("(){")
+            || v.contains("() { :;}")
+            || v.contains("(){:;}")
+        {
+            return true; // Shellshock
+        }
     }
-    if shell_syntax(&v.to_ascii_lowercase()) {
+    if shell_syntax(&v.to_ascii_lowercase(), marks) {
         return true;
     }
     let unquoted = if v.contains(['\'', '"', '\\', '$']) {
@@ -478,7 +519,8 @@ pub(super) fn cmdi(v: &str) -> bool {
     };
     let v: &str = &unquoted;
     // A command named by its path: `/bin/sh`, `bin/ansible`, `/usr/bin/perl`.
-    for (i, _) in v.match_indices("bin/") {
+    let slashed = if marks.has(b'/') { v } else { "" };
+    for (i, _) in slashed.match_indices("bin/") {
         let before = v[..i].chars().last();
         if matches!(before, None | Some('/')) || v[..i].ends_with("/s") {
             let word: String = v[i + 4..]
@@ -492,6 +534,9 @@ pub(super) fn cmdi(v: &str) -> bool {
     }
     if command_line(v, Sep::Start) {
         return true;
+    }
+    if !marks.any(b";|&\n`$<") {
+        return false; // no separator: the loop below would find none
     }
     let bytes = v.as_bytes();
     let mut i = 0;
@@ -598,3 +643,22 @@ enum Sep {
 
 /// Non-word commands that still read as English at the start of a value ("curl cream").
 const ENGLISH_LOOKING: &[&str] = &["curl", "dash", "telnet", "xterm"];
+
+#[cfg(test)]
+mod tests {
+    use super::Marks;
+
+    /// The marks of a value are exactly its ASCII bytes; anything else (UTF-8 sequences) is
+    /// neither counted nor able to set a mark.
+    #[test]
+    fn marks_are_the_ascii_bytes_of_a_value() {
+        let v = "a;b$(é)\n\u{2028}%";
+        let m = Marks::of(v);
+        for b in 0u8..=255 {
+            assert_eq!(m.has(b), b.is_ascii() && v.as_bytes().contains(&b), "{b}");
+        }
+        assert!(m.any(b"x;"));
+        assert!(!m.any(b"|&`"));
+        assert!(!Marks::of("").any(b";|&$"));
+    }
+}
