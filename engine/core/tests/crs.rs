@@ -165,3 +165,44 @@ fn the_verdict_is_judged_once_per_request() {
     assert_eq!(req.crs(None), &first);
     assert!(first.blocked && first.rules == vec![942100]);
 }
+
+/// Well-formed anti-replay headers (a timestamp, a nonce, signature entries, a body hash, a key
+/// id) are Rampart's protocol, fresh on every request: the CRS is not handed them. A value in any
+/// other form is the client's text and is judged, as is any other header holding the same text.
+#[test]
+fn well_formed_anti_replay_headers_are_not_scanned_and_malformed_ones_are() {
+    let after = vec![(
+        "mine.conf".to_string(),
+        r#"SecRule REQUEST_HEADERS "@rx (?i)union.{0,3}select|deadbeef" "id:942190,phase:2,deny,severity:'CRITICAL'""#
+            .to_string(),
+    )];
+    let c = crs(1, &after);
+    let with = |name: &str, value: &str| {
+        let mut r = request("q=shoes");
+        r.request.headers.insert(name.into(), value.into());
+        c.judge(&r)
+    };
+    let hex = format!("v1={}", "deadbeef".repeat(8));
+    for (name, value) in [
+        ("x-signature", hex.as_str()),
+        ("X-Signature", &format!("{hex}, {hex}")),
+        ("x-nonce", "union_select_0123456789"),
+        ("x-content-sha256", &"deadbeef".repeat(8)),
+        ("x-key-id", "deadbeef-2026"),
+        ("x-timestamp", "1765000000000"),
+    ] {
+        let v = with(name, value);
+        assert!(!v.blocked && v.rules.is_empty(), "{name}: {value} {v:?}");
+    }
+    for (name, value) in [
+        ("x-nonce", "1 union select password"),
+        ("x-signature", "v1=deadbeef"),
+        ("x-signature", &format!("{hex},{hex},{hex},{hex},{hex}")),
+        ("x-timestamp", "1765000000000 union select 1"),
+        ("x-key-id", "deadbeef key"),
+        ("x-other", hex.as_str()),
+    ] {
+        let v = with(name, value);
+        assert!(v.blocked && v.rules == [942190], "{name}: {value} {v:?}");
+    }
+}

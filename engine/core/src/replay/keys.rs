@@ -350,6 +350,13 @@ fn matches_any(mac: &hmac::digest::CtOutput<HmacSha256>, given: &[[u8; 32]]) -> 
     hit
 }
 
+/// Whether an `x-signature` value has the form the signature step reads: one to
+/// [`MAX_ENTRIES`] comma-separated `v1=<64 hex>` entries (spaces around an entry allowed).
+pub fn well_formed_signature(header: &str) -> bool {
+    let mut out = [[0u8; 32]; MAX_ENTRIES];
+    parse_entries(header, &mut out).is_ok()
+}
+
 /// Reads up to [`MAX_ENTRIES`] comma-separated `v1=<64 hex>` entries (spaces around an entry are
 /// allowed) into `out`; returns how many. More entries are refused before any is decoded.
 #[inline]
