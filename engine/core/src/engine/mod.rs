@@ -19,7 +19,7 @@ use crate::model::Arm;
 use crate::model::{Action, Code, DecideRequest, Reason, Step, Verdict};
 use crate::path::PathError;
 use crate::policy::{AppPolicy, DedupPolicy, FailPolicy, RoutePolicy, StorePolicies, Tier};
-use crate::replay::canonical::{body_sha256_hex, EMPTY_BODY_SHA256};
+use crate::replay::canonical::{body_sha256_hex, is_sha256_hex, EMPTY_BODY_SHA256};
 use crate::replay::fingerprint::FingerprintStore;
 use crate::replay::keys::Keyring;
 use crate::replay::nonce::NonceStore;
@@ -438,9 +438,10 @@ impl Engine {
         let body_hash: std::borrow::Cow<'_, str> = match (&r.body, &r.body_sha256) {
             (Some(body), given) => {
                 // An empty body (every GET a client forwards as `""`) hashes to a constant.
-                let h: std::borrow::Cow<'_, str> = match body.is_empty() {
-                    true => EMPTY_BODY_SHA256.into(),
-                    false => body_sha256_hex(body.as_bytes()).into(),
+                let h: std::borrow::Cow<'_, str> = if body.is_empty() {
+                    EMPTY_BODY_SHA256.into()
+                } else {
+                    body_sha256_hex(body.as_bytes()).into()
                 };
                 if let Some(g) = given {
                     if !g.eq_ignore_ascii_case(&h) {
@@ -452,7 +453,7 @@ impl Engine {
                 h
             }
             (None, Some(g)) => {
-                if g.len() != 64 || !g.bytes().all(|b| b.is_ascii_hexdigit()) {
+                if !is_sha256_hex(g) {
                     return Err(RequestError::InvalidField(
                         "request.body_sha256 must be 64 hex characters".into(),
                     ));

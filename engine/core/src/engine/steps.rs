@@ -92,7 +92,7 @@ impl Engine {
 
     /// Best-effort cache warm-up for the nonce step (no state is read or written).
     fn prefetch_nonce(&self, app: &AppPolicy, ts_raw: &str, nonce: &str) {
-        if let Some(ts) = parse_timestamp(ts_raw) {
+        if let Some(ts) = crate::replay::canonical::parse_timestamp(ts_raw) {
             self.nonces.prefetch(&app.id, nonce, ts);
         }
     }
@@ -107,7 +107,7 @@ impl Engine {
     ) -> ControlFlow<Verdict, (i64, i64)> {
         let (app, now_ms) = (ctx.app, ctx.now_ms);
         let r = &ctx.request.request;
-        let ts = match parse_timestamp(ts_raw) {
+        let ts = match crate::replay::canonical::parse_timestamp(ts_raw) {
             Some(ts) => ts,
             None => {
                 return Break(window_verdict(
@@ -419,13 +419,6 @@ impl Engine {
             },
         }
     }
-}
-
-fn parse_timestamp(raw: &str) -> Option<i64> {
-    if raw.is_empty() || raw.len() > 16 || !raw.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    raw.parse().ok()
 }
 
 fn skew_verdict(now_ms: i64, skew: i64, window_ms: i64) -> Verdict {

@@ -34,6 +34,19 @@ pub fn canonical_query(query: &str) -> String {
     parts.join("&")
 }
 
+/// An `x-timestamp` value as the window step reads it: 1–16 ASCII digits, Unix milliseconds.
+pub fn parse_timestamp(raw: &str) -> Option<i64> {
+    if raw.is_empty() || raw.len() > 16 || !raw.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    raw.parse().ok()
+}
+
+/// Whether `s` is a SHA-256 in hex: 64 hex digits, either case.
+pub fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// Lower-case hex SHA-256 of `body`.
 pub fn body_sha256_hex(body: &[u8]) -> String {
     hex::encode(Sha256::digest(body))

@@ -8,32 +8,7 @@
 //! Quotes, backslashes and empty variables inside words (`w'h'o$@ami`, `sh$X`) are removed
 //! first, since the shell removes them too.
 
-use super::vocabulary;
-
-/// Which ASCII bytes a value holds, found in one pass: most of this detector's checks need a
-/// particular punctuation mark (`$`, `(`, `%`, a separator…), and a search for a marker costs far
-/// more than looking the mark up here first (a search for each of the ten `${…` markers, the
-/// nine `%…%` variables and six `if …` forms was most of the time spent on a search term).
-#[derive(Clone, Copy)]
-struct Marks(u128);
-
-impl Marks {
-    fn of(v: &str) -> Marks {
-        Marks(
-            v.bytes()
-                .filter(u8::is_ascii)
-                .fold(0u128, |m, b| m | 1u128 << b),
-        )
-    }
-
-    fn has(self, b: u8) -> bool {
-        b.is_ascii() && self.0 & 1u128 << b != 0
-    }
-
-    fn any(self, bs: &[u8]) -> bool {
-        bs.iter().any(|&b| self.has(b))
-    }
-}
+use super::{vocabulary, Shape};
 
 /// Commands that are evidence on their own after a shell separator.
 const STRONG_COMMANDS: &[&str] = &[
@@ -271,16 +246,20 @@ fn glob_path(word: &str) -> bool {
 /// `$((…))`, process substitution `<(…)`, brace expansion of a command (`{cat,/etc/passwd}`),
 /// history (`!-2`) and alias invocation, and Windows `FOR /F` / `IF EXIST` batch syntax.
 ///
-/// `marks` are the [`Marks`] of `lower`: each check that needs a mark is skipped when the value
-/// does not hold it.
-fn shell_syntax(lower: &str, marks: Marks) -> bool {
+/// `shape` is the [`Shape`] of `lower` (the caller's, shared with the other detectors): each
+/// check that needs a kind of punctuation is skipped when the value holds none, which spares the
+/// searches for the ten `${…` markers, the nine `%…%` variables and the like on plain values.
+fn shell_syntax(lower: &str, shape: Shape) -> bool {
     const MARKERS: &[&str] = &[
         "${ifs", "$ifs$", "$((", "${path:", "${home:", "${shell", "${pwd", "${@", "${#", "${!",
     ];
-    if marks.has(b'$') && MARKERS.iter().any(|m| lower.contains(m)) {
+    if shape.any(Shape::DOLLAR) && MARKERS.iter().any(|m| lower.contains(m)) {
         return true;
     }
-    if marks.has(b'(') && (lower.contains("<(") || lower.contains(">(")) && lower.contains(')') {
+    if shape.any(Shape::OPEN)
+        && (lower.contains("<(") || lower.contains(">("))
+        && lower.contains(')')
+    {
         let inner = lower
             .split(['<', '>'])
             .skip(1)
@@ -307,7 +286,7 @@ fn shell_syntax(lower: &str, marks: Marks) -> bool {
         return true;
     }
     // Tilde expansion to the directory stack (`cat ~+/x`, `cd ~-`): a word of its own.
-    let tilde = marks.has(b'~')
+    let tilde = shape.any(Shape::OTHER)
         && ["~+", "~-"].iter().any(|t| {
             lower.match_indices(t).any(|(i, _)| {
                 let before = lower[..i].chars().last();
@@ -331,7 +310,7 @@ fn shell_syntax(lower: &str, marks: Marks) -> bool {
         return true;
     }
     // A shell function defined and run (`f(){ f|f& };f`, the fork bomb): a name, `()`, a brace.
-    let function = marks.has(b'(')
+    let function = shape.any(Shape::OPEN)
         && lower.match_indices("()").any(|(i, _)| {
             let name = lower[..i].trim_end();
             let name_ok = name
@@ -384,7 +363,7 @@ fn shell_syntax(lower: &str, marks: Marks) -> bool {
         return true;
     }
     // Windows batch: `for /f … in (…) do`, `if exist …`, `if not defined …`.
-    let batch_for = marks.has(b'/')
+    let batch_for = shape.any(Shape::SLASH)
         && lower.match_indices("for /").any(|(i, m)| {
             lower
                 .as_bytes()
@@ -415,7 +394,7 @@ fn shell_syntax(lower: &str, marks: Marks) -> bool {
     if batch_for || batch_if {
         return true;
     }
-    windows_command_line(lower, marks)
+    windows_command_line(lower, shape)
 }
 
 /// PowerShell aliases that run or fetch code (`iex`, `iwr`, `saps`), after a separator.
@@ -447,7 +426,7 @@ const CMD_BUILTINS: &[&str] = &[
 
 /// A Windows command line after a separator: a PowerShell alias, or a cmd.exe built-in with a
 /// Windows path or variable; `%comspec%`-style variables anywhere.
-fn windows_command_line(lower: &str, marks: Marks) -> bool {
+fn windows_command_line(lower: &str, shape: Shape) -> bool {
     const VARS: &[&str] = &[
         "%comspec%",
         "%systemroot%",
@@ -459,10 +438,10 @@ fn windows_command_line(lower: &str, marks: Marks) -> bool {
         "%homedrive%",
         "%systemdrive%",
     ];
-    if marks.has(b'%') && VARS.iter().any(|v| lower.contains(v)) {
+    if shape.any(Shape::ENCODED) && VARS.iter().any(|v| lower.contains(v)) {
         return true;
     }
-    if !marks.any(b";|&\n") {
+    if !shape.any(Shape::SEP | Shape::NEWLINE) {
         return false; // no separator for a command to follow
     }
     let b = lower.as_bytes();
@@ -492,14 +471,15 @@ fn windows_command_line(lower: &str, marks: Marks) -> bool {
     })
 }
 
-pub(super) fn cmdi(v: &str) -> bool {
+/// Whether `v` is a shell command line. `shape` is [`Shape::of`] `v`: lower-casing changes
+/// letters only and unquoting only removes characters, so punctuation `v` lacks, its lower-case
+/// and unquoted forms lack too.
+pub(super) fn cmdi(v: &str, shape: Shape) -> bool {
     let vocab = vocabulary();
     if vocab.shell_tokens.is_match(v) {
         return true;
     }
-    // Lower-casing changes letters only: the marks of `v` are those of its lower case.
-    let marks = Marks::of(v);
-    if marks.has(b'(') {
+    if shape.any(Shape::OPEN) {
         let trimmed = v.trim_start();
         if trimmed.starts_with("() {")
             || trimmed.starts_with("(){")
@@ -509,7 +489,7 @@ pub(super) fn cmdi(v: &str) -> bool {
             return true; // Shellshock
         }
     }
-    if shell_syntax(&v.to_ascii_lowercase(), marks) {
+    if shell_syntax(&v.to_ascii_lowercase(), shape) {
         return true;
     }
     let unquoted = if v.contains(['\'', '"', '\\', '$']) {
@@ -519,7 +499,7 @@ pub(super) fn cmdi(v: &str) -> bool {
     };
     let v: &str = &unquoted;
     // A command named by its path: `/bin/sh`, `bin/ansible`, `/usr/bin/perl`.
-    let slashed = if marks.has(b'/') { v } else { "" };
+    let slashed = if shape.any(Shape::SLASH) { v } else { "" };
     for (i, _) in slashed.match_indices("bin/") {
         let before = v[..i].chars().last();
         if matches!(before, None | Some('/')) || v[..i].ends_with("/s") {
@@ -535,7 +515,7 @@ pub(super) fn cmdi(v: &str) -> bool {
     if command_line(v, Sep::Start) {
         return true;
     }
-    if !marks.any(b";|&\n`$<") {
+    if !shape.any(Shape::SEP | Shape::NEWLINE | Shape::BACKTICK | Shape::DOLLAR | Shape::LT) {
         return false; // no separator: the loop below would find none
     }
     let bytes = v.as_bytes();
@@ -643,22 +623,3 @@ enum Sep {
 
 /// Non-word commands that still read as English at the start of a value ("curl cream").
 const ENGLISH_LOOKING: &[&str] = &["curl", "dash", "telnet", "xterm"];
-
-#[cfg(test)]
-mod tests {
-    use super::Marks;
-
-    /// The marks of a value are exactly its ASCII bytes; anything else (UTF-8 sequences) is
-    /// neither counted nor able to set a mark.
-    #[test]
-    fn marks_are_the_ascii_bytes_of_a_value() {
-        let v = "a;b$(é)\n\u{2028}%";
-        let m = Marks::of(v);
-        for b in 0u8..=255 {
-            assert_eq!(m.has(b), b.is_ascii() && v.as_bytes().contains(&b), "{b}");
-        }
-        assert!(m.any(b"x;"));
-        assert!(!m.any(b"|&`"));
-        assert!(!Marks::of("").any(b";|&$"));
-    }
-}
