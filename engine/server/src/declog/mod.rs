@@ -111,18 +111,7 @@ impl RecordedJson {
     /// `v` as JSON text; `depth` is how deep its values nest (at most [`INLINE_MAX_DEPTH`] for a
     /// line to hold it as an object).
     pub fn of(v: &impl Serialize, depth: usize) -> Option<RecordedJson> {
-        RecordedJson::of_sized(v, depth, 128)
-    }
-
-    /// [`RecordedJson::of`] written into a buffer of `capacity` bytes to start with: a caller
-    /// that knows about how long the text will be spares the buffer its doublings (three or four
-    /// reallocations and copies for a recorded request of a kilobyte).
-    pub fn of_sized(v: &impl Serialize, depth: usize, capacity: usize) -> Option<RecordedJson> {
-        let mut buf = Vec::with_capacity(capacity);
-        serde_json::to_writer(&mut buf, v).ok()?;
-        // serde_json writes only valid UTF-8.
-        let text = String::from_utf8(buf).ok()?;
-        Some(RecordedJson {
+        serde_json::to_string(v).ok().map(|text| RecordedJson {
             text,
             inline: depth <= INLINE_MAX_DEPTH,
         })

@@ -226,24 +226,13 @@ pub(super) fn recorded_request(req: &DecideRequest, max: usize) -> Option<Record
     };
     // The recorded object, then params (the only part that nests).
     let depth = 1 + req.params.as_ref().map_or(0, crate::declog::nesting);
-    // About the text's length (params are guessed), so that it is written without regrowing.
-    let strings = |body: usize| {
-        body + r.query.len()
-            + rec
-                .headers
-                .iter()
-                .map(|(k, v)| k.len() + v.len() + 6)
-                .sum::<usize>()
-            + req.client.device_id.as_ref().map_or(0, String::len)
-            + 256
-    };
-    let s = RecordedJson::of_sized(&rec, depth, strings(rec.body.map_or(0, str::len)))?;
+    let s = RecordedJson::of(&rec, depth)?;
     if s.as_str().len() <= max {
         return Some(s);
     }
     rec.body = None;
     rec.body_omitted = true;
-    let s = RecordedJson::of_sized(&rec, depth, strings(0))?;
+    let s = RecordedJson::of(&rec, depth)?;
     (s.as_str().len() <= max).then_some(s)
 }
 
@@ -274,21 +263,7 @@ pub(super) async fn decide(
     };
     let parsed = parsed.inspect_err(|e| rt.metrics.api_error(e.code))?;
     let out = judge_offloaded(&rt, move |rt| judge(rt, parsed, started)).await?;
-    Ok(json_answer(&out))
-}
-
-/// `HttpResponse::Ok().json(out)`, written into a buffer sized for a usual answer (about 300
-/// bytes; `json` starts at 128 and doubles twice).
-fn json_answer(out: &DecisionOut) -> HttpResponse {
-    let mut buf = Vec::with_capacity(512);
-    match serde_json::to_writer(&mut buf, out) {
-        Ok(()) => HttpResponse::Ok()
-            .content_type(actix_web::http::header::ContentType::json())
-            .body(buf),
-        // Serialising a `DecisionOut` cannot fail (no maps with non-string keys); `json` answers
-        // the same way if it ever did.
-        Err(e) => HttpResponse::from_error(actix_web::error::JsonPayloadError::Serialize(e)),
-    }
+    Ok(HttpResponse::Ok().json(out))
 }
 
 pub(super) async fn decide_batch(
